@@ -1,0 +1,161 @@
+package config
+
+import (
+	"strings"
+	"time"
+)
+
+// Config is the whole of sheba's configuration. The yaml tags are the keys
+// of the config file and, uppercased, the suffixes of the environment
+// variables that override them.
+type Config struct {
+	HTTP        HTTP        `yaml:"http"`
+	GRPC        GRPC        `yaml:"grpc"`
+	Database    Database    `yaml:"database"`
+	Limits      Limits      `yaml:"limits"`
+	Auth        Auth        `yaml:"auth"`
+	Compression Compression `yaml:"compression"`
+	Shutdown    Shutdown    `yaml:"shutdown"`
+	Log         Log         `yaml:"log"`
+}
+
+// HTTP configures the REST gateway and operator endpoints.
+type HTTP struct {
+	// Addr is the host:port to listen on.
+	Addr string `yaml:"addr"`
+	// MaxBodyBytes bounds a request body after decompression, and a gRPC
+	// message.
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+}
+
+// GRPC configures the gRPC server.
+type GRPC struct {
+	// Addr is the host:port to listen on.
+	Addr string `yaml:"addr"`
+	// Reflection turns on the gRPC server reflection service.
+	Reflection bool `yaml:"reflection"`
+}
+
+// Database configures the Postgres pool.
+type Database struct {
+	// URL is a postgres:// URL or a key/value DSN. It may hold a password,
+	// so it is never printed.
+	URL string `yaml:"url"`
+	// MaxConns is the pool's maximum number of connections.
+	MaxConns int32 `yaml:"max_conns"`
+}
+
+// Limits configures admission of business requests.
+type Limits struct {
+	// MaxInflight is the number of business requests that may run at once;
+	// one more is shed at once.
+	MaxInflight int `yaml:"max_inflight"`
+	// Rate is the global token bucket rate in requests per second; 0 means
+	// no limit.
+	Rate float64 `yaml:"rate"`
+	// Burst is the global token bucket size.
+	Burst int `yaml:"burst"`
+	// PerKeyRate is the rate allowed to each API key in requests per second;
+	// 0 means no limit.
+	PerKeyRate float64 `yaml:"per_key_rate"`
+	// PerKeyBurst is the token bucket size of each API key.
+	PerKeyBurst int `yaml:"per_key_burst"`
+	// Timeout is the deadline given to a request that brings none or a
+	// longer one.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// Auth configures API-key authentication.
+type Auth struct {
+	// Keys are the accepted API keys, stored as their SHA-256.
+	Keys []APIKey `yaml:"keys"`
+	// Public lists full gRPC method names callable without a key.
+	Public []string `yaml:"public"`
+}
+
+// APIKey is one accepted API key.
+type APIKey struct {
+	// ID names the caller in metrics, logs and traces.
+	ID string `yaml:"id"`
+	// SHA256 is the hex SHA-256 of the key, 64 lowercase hex digits.
+	SHA256 string `yaml:"sha256"`
+}
+
+// Compression configures REST response compression.
+type Compression struct {
+	// MinBytes is the smallest response that is compressed.
+	MinBytes int `yaml:"min_bytes"`
+}
+
+// Shutdown configures graceful shutdown.
+type Shutdown struct {
+	// DrainDelay is how long readiness reports not ready before the
+	// servers stop accepting.
+	DrainDelay time.Duration `yaml:"drain_delay"`
+	// Timeout bounds the whole shutdown, drain delay included.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// Log configures the slog logger.
+type Log struct {
+	// Level is one of debug, info, warn, error.
+	Level string `yaml:"level"`
+	// Format is json or text.
+	Format string `yaml:"format"`
+}
+
+// Default returns the configuration used for every key that neither the
+// file nor the environment sets. Database.URL has no default. Each call
+// returns fresh slices, so callers may modify the result.
+func Default() Config {
+	return Config{
+		HTTP:     HTTP{Addr: ":8080", MaxBodyBytes: 1 << 20},
+		GRPC:     GRPC{Addr: ":9090", Reflection: true},
+		Database: Database{MaxConns: 16},
+		Limits: Limits{
+			MaxInflight: 512,
+			Timeout:     5 * time.Second,
+		},
+		Auth:        Auth{Public: []string{"/sheba.v1.PingService/Ping"}},
+		Compression: Compression{MinBytes: 1024},
+		Shutdown:    Shutdown{Timeout: 30 * time.Second},
+		Log:         Log{Level: "info", Format: "json"},
+	}
+}
+
+// Error is the error returned by Load and Validate for every problem. Its
+// text is one line: the key as written in the YAML, the environment
+// variable in parentheses when the value came from the environment, and
+// what is wrong, for example
+//
+//	limits.max_inflight (SHEBA_LIMITS_MAX_INFLIGHT): must be at least 1, got 0
+//
+// Key is empty for problems with the file as a whole (unreadable, not
+// YAML), in which case Msg names the file.
+type Error struct {
+	// Key is the dotted YAML key, with an index for list elements
+	// ("auth.keys[1].sha256").
+	Key string
+	// Env is the environment variable the value came from, if any.
+	Env string
+	// Msg says what is wrong.
+	Msg string
+}
+
+// Error returns the one-line description of the problem.
+func (e *Error) Error() string {
+	var b strings.Builder
+	switch {
+	case e.Key != "" && e.Env != "":
+		b.WriteString(e.Key + " (" + e.Env + "): ")
+	case e.Key != "":
+		b.WriteString(e.Key + ": ")
+	case e.Env != "":
+		b.WriteString(e.Env + ": ")
+	}
+	// The contract promises one line on stderr, and some wrapped errors
+	// (yaml's among them) span several.
+	msg := strings.ReplaceAll(e.Msg, "\r", "")
+	b.WriteString(strings.TrimSpace(strings.ReplaceAll(msg, "\n", " ")))
+	return b.String()
+}

@@ -1,0 +1,153 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"go.yaml.in/yaml/v3"
+)
+
+// testURL is a database URL that parses; nothing connects to it.
+const testURL = "postgres://sheba@localhost:5432/sheba?sslmode=disable"
+
+// mapLookup returns a lookup function backed by m, in place of
+// os.LookupEnv.
+func mapLookup(m map[string]string) func(string) (string, bool) {
+	return func(key string) (string, bool) {
+		v, ok := m[key]
+		return v, ok
+	}
+}
+
+// writeConfig writes content to a file in a fresh directory and returns its
+// path.
+func writeConfig(t *testing.T, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "sheba.yaml")
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// valid returns Default with a database URL, which passes Validate.
+func valid() Config {
+	c := Default()
+	c.Database.URL = testURL
+	return c
+}
+
+func TestDefault(t *testing.T) {
+	got, err := Load("", mapLookup(map[string]string{"DATABASE_URL": testURL}))
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	if diff := cmp.Diff(valid(), got); diff != "" {
+		t.Errorf("Load with no file and no overrides mismatch (-want +got):\n%s", diff)
+	}
+
+	// Default must not share slices between calls.
+	a := Default()
+	a.Auth.Public[0] = "/changed.Service/Method"
+	if b := Default(); b.Auth.Public[0] != "/sheba.v1.PingService/Ping" {
+		t.Errorf("Default().Auth.Public[0] = %q after changing an earlier result, want the default", b.Auth.Public[0])
+	}
+}
+
+func TestErrorString(t *testing.T) {
+	for _, test := range []struct {
+		name string
+		err  Error
+		want string
+	}{
+		{
+			name: "key",
+			err:  Error{Key: "limits.max_inflight", Msg: "must be at least 1, got 0"},
+			want: "limits.max_inflight: must be at least 1, got 0",
+		},
+		{
+			name: "key and env",
+			err:  Error{Key: "limits.max_inflight", Env: "SHEBA_LIMITS_MAX_INFLIGHT", Msg: "must be at least 1, got 0"},
+			want: "limits.max_inflight (SHEBA_LIMITS_MAX_INFLIGHT): must be at least 1, got 0",
+		},
+		{
+			name: "no key",
+			err:  Error{Msg: "cannot read config file: open x.yaml: no such file or directory"},
+			want: "cannot read config file: open x.yaml: no such file or directory",
+		},
+		{
+			name: "multi-line message",
+			err:  Error{Key: "http", Msg: "first\nsecond\r\nthird\n"},
+			want: "http: first second third",
+		},
+	} {
+		t.Run(test.name, func(t *testing.T) {
+			if got := test.err.Error(); got != test.want {
+				t.Errorf("Error() = %q, want %q", got, test.want)
+			}
+		})
+	}
+}
+
+// TestSampleFiles checks that the files shipped in config/ load, validate
+// and say what they claim to.
+func TestSampleFiles(t *testing.T) {
+	lookup := mapLookup(map[string]string{"DATABASE_URL": testURL})
+	for _, test := range []struct {
+		path string
+		want func(*Config)
+	}{
+		{
+			path: "dev.yaml",
+			want: func(c *Config) {
+				c.Auth.Keys = []APIKey{}
+				c.Log.Format = "text"
+			},
+		},
+		{
+			// example.yaml documents the defaults, so it must equal them.
+			path: "example.yaml",
+			want: func(c *Config) { c.Auth.Keys = []APIKey{} },
+		},
+	} {
+		t.Run(test.path, func(t *testing.T) {
+			got, err := Load(test.path, lookup)
+			if err != nil {
+				t.Fatalf("Load(%q): %v", test.path, err)
+			}
+			want := valid()
+			test.want(&want)
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("Load(%q) mismatch (-want +got):\n%s", test.path, diff)
+			}
+		})
+	}
+
+	t.Run("example.yaml lists every key", func(t *testing.T) {
+		data, err := os.ReadFile("example.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc yaml.Node
+		if err := yaml.Unmarshal(data, &doc); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		sections := doc.Content[0].Content
+		for i := 0; i+1 < len(sections); i += 2 {
+			keys := sections[i+1].Content
+			for j := 0; j+1 < len(keys); j += 2 {
+				got = append(got, sections[i].Value+"."+keys[j].Value)
+			}
+		}
+		var want []string
+		for _, k := range allKeys() {
+			want = append(want, k.key)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("keys in example.yaml mismatch (-want +got):\n%s", diff)
+		}
+	})
+}

@@ -1,0 +1,260 @@
+package config
+
+import (
+	"fmt"
+	"math"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Validate reports the first problem with c, checking keys in the order of
+// the YAML (http, grpc, database, limits, auth, compression, shutdown, log),
+// so the same config always yields the same error. The error is an *Error
+// whose Env is empty; Load fills it in when the value came from the
+// environment. Validate parses database.url but connects nowhere.
+func (c Config) Validate() error {
+	if e := c.check(); e != nil {
+		return e
+	}
+	return nil
+}
+
+// check is Validate returning the concrete type, so Load can add Env.
+func (c Config) check() *Error {
+	checks := []func() *Error{
+		func() *Error { return checkAddr("http.addr", c.HTTP.Addr) },
+		func() *Error { return atLeast("http.max_body_bytes", c.HTTP.MaxBodyBytes, 1) },
+		func() *Error { return checkAddr("grpc.addr", c.GRPC.Addr) },
+		func() *Error { return checkAddrsDiffer(c.HTTP.Addr, c.GRPC.Addr) },
+		func() *Error { return checkDatabaseURL(c.Database.URL) },
+		func() *Error { return atLeast("database.max_conns", c.Database.MaxConns, 1) },
+		func() *Error { return atLeast("limits.max_inflight", c.Limits.MaxInflight, 1) },
+		func() *Error { return checkRate("limits.rate", c.Limits.Rate) },
+		func() *Error { return checkBurst("limits.burst", c.Limits.Burst, "limits.rate", c.Limits.Rate) },
+		func() *Error { return checkRate("limits.per_key_rate", c.Limits.PerKeyRate) },
+		func() *Error {
+			return checkBurst("limits.per_key_burst", c.Limits.PerKeyBurst, "limits.per_key_rate", c.Limits.PerKeyRate)
+		},
+		func() *Error { return positive("limits.timeout", c.Limits.Timeout) },
+		func() *Error { return checkKeys(c.Auth.Keys) },
+		func() *Error { return checkPublic(c.Auth.Public) },
+		func() *Error { return atLeast("compression.min_bytes", c.Compression.MinBytes, 0) },
+		func() *Error { return atLeast("shutdown.drain_delay", c.Shutdown.DrainDelay, 0) },
+		func() *Error { return positive("shutdown.timeout", c.Shutdown.Timeout) },
+		func() *Error {
+			if c.Shutdown.Timeout <= c.Shutdown.DrainDelay {
+				return bad("shutdown.timeout", "must be longer than shutdown.drain_delay (%v), which it includes; got %v",
+					c.Shutdown.DrainDelay, c.Shutdown.Timeout)
+			}
+			return nil
+		},
+		func() *Error { return oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error") },
+		func() *Error { return oneOf("log.format", c.Log.Format, "json", "text") },
+	}
+	for _, check := range checks {
+		if e := check(); e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// bad returns an *Error for key.
+func bad(key, format string, args ...any) *Error {
+	return &Error{Key: key, Msg: fmt.Sprintf(format, args...)}
+}
+
+// atLeast checks v >= least. Durations print as durations.
+func atLeast[T ~int | ~int32 | ~int64](key string, v, least T) *Error {
+	if v < least {
+		return bad(key, "must be at least %v, got %v", least, v)
+	}
+	return nil
+}
+
+// positive checks v > 0. Durations print as durations.
+func positive[T ~int64](key string, v T) *Error {
+	if v <= 0 {
+		return bad(key, "must be greater than 0, got %v", v)
+	}
+	return nil
+}
+
+// checkAddr checks that addr is host:port with a numeric port, as
+// net.Listen takes it.
+func checkAddr(key, addr string) *Error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return bad(key, "must be host:port such as \":8080\" or \"127.0.0.1:8080\", got %q", addr)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return bad(key, "port must be a number from 0 to 65535, got %q", addr)
+	}
+	return nil
+}
+
+// checkAddrsDiffer catches both servers configured on the same address,
+// which would otherwise only fail when the second one listens. Port 0 picks
+// a free port, so it never clashes.
+func checkAddrsDiffer(httpAddr, grpcAddr string) *Error {
+	hh, hp, _ := net.SplitHostPort(httpAddr)
+	gh, gp, _ := net.SplitHostPort(grpcAddr)
+	hn, _ := strconv.Atoi(hp)
+	gn, _ := strconv.Atoi(gp)
+	if hh == gh && hn == gn && hn != 0 {
+		return bad("grpc.addr", "must differ from http.addr, both are %q", grpcAddr)
+	}
+	return nil
+}
+
+// checkDatabaseURL checks that url is set and parses. The parser's message
+// is left out on purpose: it quotes the URL, password included, on a
+// best-effort redaction only.
+func checkDatabaseURL(url string) *Error {
+	if url == "" {
+		return bad("database.url", "must be set: set DATABASE_URL (or database.url in the config file) to a postgres URL")
+	}
+	if _, err := pgx.ParseConfig(url); err != nil {
+		return bad("database.url", "must be a postgres URL (postgres://user:password@host:5432/dbname) or a key/value string (host=... dbname=...); the value given does not parse")
+	}
+	return nil
+}
+
+// checkRate checks a token bucket rate.
+func checkRate(key string, r float64) *Error {
+	if math.IsNaN(r) || math.IsInf(r, 0) {
+		return bad(key, "must be a finite number, got %v", r)
+	}
+	if r < 0 {
+		return bad(key, "must be at least 0 (0 means no limit), got %v", r)
+	}
+	return nil
+}
+
+// checkBurst checks a token bucket size against its rate: a bucket of 0
+// tokens with a positive rate would reject every request.
+func checkBurst(key string, burst int, rateKey string, rate float64) *Error {
+	if burst < 0 {
+		return bad(key, "must be at least 0, got %d", burst)
+	}
+	if rate > 0 && burst < 1 {
+		return bad(key, "must be at least 1 when %s is above 0 (it is %v), got %d", rateKey, rate, burst)
+	}
+	return nil
+}
+
+// checkKeys checks the API keys. Messages never quote a sha256 value, in
+// case a raw key was pasted there by mistake.
+func checkKeys(keys []APIKey) *Error {
+	ids := make(map[string]int)
+	hashes := make(map[string]int)
+	for i, k := range keys {
+		at := fmt.Sprintf("auth.keys[%d]", i)
+		if k.ID == "" {
+			return bad(at+".id", "must be set")
+		}
+		if !ValidKeyID(k.ID) {
+			return bad(at+".id", "must be 1 to 64 of a-z 0-9 . _ - starting with a letter or digit, got %q", k.ID)
+		}
+		if j, ok := ids[k.ID]; ok {
+			return bad(at+".id", "%q is already the id of auth.keys[%d]", k.ID, j)
+		}
+		ids[k.ID] = i
+		if !validSHA256(k.SHA256) {
+			return bad(at+".sha256", "must be exactly 64 lowercase hex digits (the SHA-256 of the key, as `sheba apikey new` prints it), got %d characters", len(k.SHA256))
+		}
+		if j, ok := hashes[k.SHA256]; ok {
+			return bad(at+".sha256", "is the same hash as auth.keys[%d] (%q)", j, keys[j].ID)
+		}
+		hashes[k.SHA256] = i
+	}
+	return nil
+}
+
+// ValidKeyID reports whether id is a valid auth.keys[].id: it matches [a-z0-9][a-z0-9._-]{0,63}.
+func ValidKeyID(id string) bool {
+	if id == "" || len(id) > 64 {
+		return false
+	}
+	for i := range len(id) {
+		b := id[i]
+		switch {
+		case 'a' <= b && b <= 'z', '0' <= b && b <= '9':
+		case i > 0 && (b == '.' || b == '_' || b == '-'):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// validSHA256 reports whether s is 64 lowercase hex digits.
+func validSHA256(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := range len(s) {
+		b := s[i]
+		if !('0' <= b && b <= '9' || 'a' <= b && b <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// checkPublic checks that every public entry is a full gRPC method name.
+func checkPublic(public []string) *Error {
+	for i, m := range public {
+		if !validMethod(m) {
+			return bad(fmt.Sprintf("auth.public[%d]", i), "must be a full gRPC method name such as \"/sheba.v1.PingService/Ping\", got %q", m)
+		}
+	}
+	return nil
+}
+
+// validMethod reports whether m has the shape /pkg.Service/Method, each
+// part a proto identifier.
+func validMethod(m string) bool {
+	rest, ok := strings.CutPrefix(m, "/")
+	if !ok {
+		return false
+	}
+	service, method, ok := strings.Cut(rest, "/")
+	if !ok || !validIdent(method) {
+		return false
+	}
+	parts := strings.Split(service, ".")
+	if len(parts) < 2 {
+		return false
+	}
+	return !slices.ContainsFunc(parts, func(p string) bool { return !validIdent(p) })
+}
+
+// validIdent reports whether s is a proto identifier.
+func validIdent(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := range len(s) {
+		b := s[i]
+		switch {
+		case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', b == '_':
+		case i > 0 && '0' <= b && b <= '9':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// oneOf checks that v is one of allowed.
+func oneOf(key, v string, allowed ...string) *Error {
+	if !slices.Contains(allowed, v) {
+		return bad(key, "must be one of %s; got %q", strings.Join(allowed, ", "), v)
+	}
+	return nil
+}

@@ -1,0 +1,311 @@
+package config
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestValidate(t *testing.T) {
+	hash := func(c byte) string { return strings.Repeat(string(c), 64) }
+	for _, test := range []struct {
+		name    string
+		change  func(*Config)
+		wantKey string // "" means valid
+		wantMsg string // a part of Error()
+	}{
+		// Valid configs.
+		{name: "defaults with a URL", change: func(*Config) {}},
+		{name: "key/value DSN", change: func(c *Config) { c.Database.URL = "host=localhost dbname=sheba user=sheba" }},
+		{name: "both servers on port 0", change: func(c *Config) { c.HTTP.Addr, c.GRPC.Addr = "127.0.0.1:0", "127.0.0.1:0" }},
+		{name: "rate with burst", change: func(c *Config) { c.Limits.Rate, c.Limits.Burst = 0.5, 1 }},
+		{name: "per-key rate with burst", change: func(c *Config) { c.Limits.PerKeyRate, c.Limits.PerKeyBurst = 10, 10 }},
+		{
+			name: "keys",
+			change: func(c *Config) {
+				c.Auth.Keys = []APIKey{{ID: "a", SHA256: hash('a')}, {ID: "b.c_d-9", SHA256: hash('0')}, {ID: strings.Repeat("x", 64), SHA256: hash('f')}}
+			},
+		},
+		{name: "no public methods", change: func(c *Config) { c.Auth.Public = nil }},
+		{name: "drain delay inside timeout", change: func(c *Config) { c.Shutdown.DrainDelay, c.Shutdown.Timeout = 5*time.Second, 6*time.Second }},
+
+		// One failing case per rule, in the order Validate checks them.
+		{
+			name:    "http.addr without port",
+			change:  func(c *Config) { c.HTTP.Addr = "localhost" },
+			wantKey: "http.addr",
+			wantMsg: `http.addr: must be host:port such as ":8080" or "127.0.0.1:8080", got "localhost"`,
+		},
+		{
+			name:    "http.addr bad port",
+			change:  func(c *Config) { c.HTTP.Addr = ":70000" },
+			wantKey: "http.addr",
+			wantMsg: "port must be a number from 0 to 65535",
+		},
+		{
+			name:    "http.max_body_bytes",
+			change:  func(c *Config) { c.HTTP.MaxBodyBytes = 0 },
+			wantKey: "http.max_body_bytes",
+			wantMsg: "http.max_body_bytes: must be at least 1, got 0",
+		},
+		{
+			name:    "grpc.addr",
+			change:  func(c *Config) { c.GRPC.Addr = "" },
+			wantKey: "grpc.addr",
+			wantMsg: "grpc.addr: must be host:port",
+		},
+		{
+			name:    "grpc.addr same as http.addr",
+			change:  func(c *Config) { c.GRPC.Addr = ":8080" },
+			wantKey: "grpc.addr",
+			wantMsg: `grpc.addr: must differ from http.addr, both are ":8080"`,
+		},
+		{
+			name:    "database.url empty",
+			change:  func(c *Config) { c.Database.URL = "" },
+			wantKey: "database.url",
+			wantMsg: "database.url: must be set: set DATABASE_URL",
+		},
+		{
+			name:    "database.url unparsable URL",
+			change:  func(c *Config) { c.Database.URL = "postgres://u:hunter2@localhost:notaport/db" },
+			wantKey: "database.url",
+			wantMsg: "database.url: must be a postgres URL",
+		},
+		{
+			name:    "database.url unparsable DSN",
+			change:  func(c *Config) { c.Database.URL = "host=localhost password='hunter2" },
+			wantKey: "database.url",
+			wantMsg: "database.url: must be a postgres URL",
+		},
+		{
+			name:    "database.max_conns",
+			change:  func(c *Config) { c.Database.MaxConns = 0 },
+			wantKey: "database.max_conns",
+			wantMsg: "database.max_conns: must be at least 1, got 0",
+		},
+		{
+			name:    "limits.max_inflight",
+			change:  func(c *Config) { c.Limits.MaxInflight = 0 },
+			wantKey: "limits.max_inflight",
+			wantMsg: "limits.max_inflight: must be at least 1, got 0",
+		},
+		{
+			name:    "limits.rate negative",
+			change:  func(c *Config) { c.Limits.Rate = -1 },
+			wantKey: "limits.rate",
+			wantMsg: "limits.rate: must be at least 0 (0 means no limit), got -1",
+		},
+		{
+			name:    "limits.rate NaN",
+			change:  func(c *Config) { c.Limits.Rate = math.NaN() },
+			wantKey: "limits.rate",
+			wantMsg: "must be a finite number",
+		},
+		{
+			name:    "limits.rate infinite",
+			change:  func(c *Config) { c.Limits.Rate, c.Limits.Burst = math.Inf(1), 1 },
+			wantKey: "limits.rate",
+			wantMsg: "must be a finite number",
+		},
+		{
+			name:    "limits.burst negative",
+			change:  func(c *Config) { c.Limits.Burst = -1 },
+			wantKey: "limits.burst",
+			wantMsg: "limits.burst: must be at least 0, got -1",
+		},
+		{
+			name:    "limits.burst zero with a rate",
+			change:  func(c *Config) { c.Limits.Rate = 10 },
+			wantKey: "limits.burst",
+			wantMsg: "limits.burst: must be at least 1 when limits.rate is above 0 (it is 10), got 0",
+		},
+		{
+			name:    "limits.per_key_rate",
+			change:  func(c *Config) { c.Limits.PerKeyRate = -0.5 },
+			wantKey: "limits.per_key_rate",
+			wantMsg: "limits.per_key_rate: must be at least 0",
+		},
+		{
+			name:    "limits.per_key_burst negative",
+			change:  func(c *Config) { c.Limits.PerKeyBurst = -3 },
+			wantKey: "limits.per_key_burst",
+			wantMsg: "limits.per_key_burst: must be at least 0, got -3",
+		},
+		{
+			name:    "limits.per_key_burst zero with a rate",
+			change:  func(c *Config) { c.Limits.PerKeyRate = 1 },
+			wantKey: "limits.per_key_burst",
+			wantMsg: "when limits.per_key_rate is above 0",
+		},
+		{
+			name:    "limits.timeout",
+			change:  func(c *Config) { c.Limits.Timeout = 0 },
+			wantKey: "limits.timeout",
+			wantMsg: "limits.timeout: must be greater than 0, got 0s",
+		},
+		{
+			name:    "auth.keys id empty",
+			change:  func(c *Config) { c.Auth.Keys = []APIKey{{SHA256: hash('a')}} },
+			wantKey: "auth.keys[0].id",
+			wantMsg: "auth.keys[0].id: must be set",
+		},
+		{
+			name:    "auth.keys id bad characters",
+			change:  func(c *Config) { c.Auth.Keys = []APIKey{{ID: "Billing", SHA256: hash('a')}} },
+			wantKey: "auth.keys[0].id",
+			wantMsg: `must be 1 to 64 of a-z 0-9 . _ - starting with a letter or digit, got "Billing"`,
+		},
+		{
+			name:    "auth.keys id leading dash",
+			change:  func(c *Config) { c.Auth.Keys = []APIKey{{ID: "-x", SHA256: hash('a')}} },
+			wantKey: "auth.keys[0].id",
+			wantMsg: "must be 1 to 64",
+		},
+		{
+			name:    "auth.keys id too long",
+			change:  func(c *Config) { c.Auth.Keys = []APIKey{{ID: strings.Repeat("x", 65), SHA256: hash('a')}} },
+			wantKey: "auth.keys[0].id",
+			wantMsg: "must be 1 to 64",
+		},
+		{
+			name: "auth.keys id repeated",
+			change: func(c *Config) {
+				c.Auth.Keys = []APIKey{{ID: "a", SHA256: hash('a')}, {ID: "a", SHA256: hash('b')}}
+			},
+			wantKey: "auth.keys[1].id",
+			wantMsg: `auth.keys[1].id: "a" is already the id of auth.keys[0]`,
+		},
+		{
+			name:    "auth.keys sha256 too short",
+			change:  func(c *Config) { c.Auth.Keys = []APIKey{{ID: "a", SHA256: "abc123"}} },
+			wantKey: "auth.keys[0].sha256",
+			wantMsg: "auth.keys[0].sha256: must be exactly 64 lowercase hex digits (the SHA-256 of the key, as `sheba apikey new` prints it), got 6 characters",
+		},
+		{
+			name:    "auth.keys sha256 uppercase",
+			change:  func(c *Config) { c.Auth.Keys = []APIKey{{ID: "a", SHA256: hash('A')}} },
+			wantKey: "auth.keys[0].sha256",
+			wantMsg: "must be exactly 64 lowercase hex digits",
+		},
+		{
+			name:    "auth.keys sha256 not hex",
+			change:  func(c *Config) { c.Auth.Keys = []APIKey{{ID: "a", SHA256: hash('g')}} },
+			wantKey: "auth.keys[0].sha256",
+			wantMsg: "must be exactly 64 lowercase hex digits",
+		},
+		{
+			name: "auth.keys sha256 repeated",
+			change: func(c *Config) {
+				c.Auth.Keys = []APIKey{{ID: "a", SHA256: hash('a')}, {ID: "b", SHA256: hash('c')}, {ID: "c", SHA256: hash('a')}}
+			},
+			wantKey: "auth.keys[2].sha256",
+			wantMsg: `auth.keys[2].sha256: is the same hash as auth.keys[0] ("a")`,
+		},
+		{
+			name:    "auth.public REST path",
+			change:  func(c *Config) { c.Auth.Public = []string{"/sheba.v1.PingService/Ping", "/v1/ping"} },
+			wantKey: "auth.public[1]",
+			wantMsg: `auth.public[1]: must be a full gRPC method name such as "/sheba.v1.PingService/Ping", got "/v1/ping"`,
+		},
+		{
+			name:    "auth.public without leading slash",
+			change:  func(c *Config) { c.Auth.Public = []string{"sheba.v1.PingService/Ping"} },
+			wantKey: "auth.public[0]",
+			wantMsg: "must be a full gRPC method name",
+		},
+		{
+			name:    "auth.public without method",
+			change:  func(c *Config) { c.Auth.Public = []string{"/sheba.v1.PingService/"} },
+			wantKey: "auth.public[0]",
+			wantMsg: "must be a full gRPC method name",
+		},
+		{
+			name:    "auth.public with extra part",
+			change:  func(c *Config) { c.Auth.Public = []string{"/sheba.v1.PingService/Ping/x"} },
+			wantKey: "auth.public[0]",
+			wantMsg: "must be a full gRPC method name",
+		},
+		{
+			name:    "compression.min_bytes",
+			change:  func(c *Config) { c.Compression.MinBytes = -1 },
+			wantKey: "compression.min_bytes",
+			wantMsg: "compression.min_bytes: must be at least 0, got -1",
+		},
+		{
+			name:    "shutdown.drain_delay",
+			change:  func(c *Config) { c.Shutdown.DrainDelay = -time.Second },
+			wantKey: "shutdown.drain_delay",
+			wantMsg: "shutdown.drain_delay: must be at least 0s, got -1s",
+		},
+		{
+			name:    "shutdown.timeout",
+			change:  func(c *Config) { c.Shutdown.Timeout = 0 },
+			wantKey: "shutdown.timeout",
+			wantMsg: "shutdown.timeout: must be greater than 0, got 0s",
+		},
+		{
+			name:    "shutdown.timeout not above drain_delay",
+			change:  func(c *Config) { c.Shutdown.DrainDelay, c.Shutdown.Timeout = 30*time.Second, 30*time.Second },
+			wantKey: "shutdown.timeout",
+			wantMsg: "shutdown.timeout: must be longer than shutdown.drain_delay (30s), which it includes; got 30s",
+		},
+		{
+			name:    "log.level",
+			change:  func(c *Config) { c.Log.Level = "INFO" },
+			wantKey: "log.level",
+			wantMsg: `log.level: must be one of debug, info, warn, error; got "INFO"`,
+		},
+		{
+			name:    "log.format",
+			change:  func(c *Config) { c.Log.Format = "logfmt" },
+			wantKey: "log.format",
+			wantMsg: `log.format: must be one of json, text; got "logfmt"`,
+		},
+
+		// Several problems: the first in YAML order wins.
+		{
+			name: "first problem in order",
+			change: func(c *Config) {
+				c.Log.Format = "xml"
+				c.Limits.MaxInflight = 0
+				c.Database.MaxConns = 0
+			},
+			wantKey: "database.max_conns",
+			wantMsg: "database.max_conns:",
+		},
+	} {
+		t.Run(test.name, func(t *testing.T) {
+			c := valid()
+			test.change(&c)
+			err := c.Validate()
+			if test.wantKey == "" {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Validate() = nil, want an error containing %q", test.wantMsg)
+			}
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Fatalf("Validate() error %v (%T) is not an *Error", err, err)
+			}
+			if e.Key != test.wantKey || e.Env != "" {
+				t.Errorf("Validate() error Key, Env = %q, %q, want %q, \"\"", e.Key, e.Env, test.wantKey)
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, test.wantMsg) {
+				t.Errorf("Validate() = %q, want it to contain %q", msg, test.wantMsg)
+			}
+			for _, secret := range []string{"hunter2", hash('A'), hash('g')} {
+				if strings.Contains(msg, secret) {
+					t.Errorf("Validate() = %q, want it not to quote %q", msg, secret)
+				}
+			}
+		})
+	}
+}

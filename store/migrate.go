@@ -1,0 +1,167 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+
+	"github.com/golang-migrate/migrate/v4"
+	migratepgx "github.com/golang-migrate/migrate/v4/database/pgx/v5"
+	"github.com/golang-migrate/migrate/v4/source"
+	"github.com/golang-migrate/migrate/v4/source/iofs"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/shebasvc/sheba/migrations"
+)
+
+// MigrationState is one embedded migration and whether the database has it.
+type MigrationState struct {
+	Version uint
+	Name    string
+	Applied bool
+}
+
+// MigrateUp applies every embedded migration the database at databaseURL
+// does not have yet. Having them all already is not an error.
+//
+// Concurrent callers are safe: golang-migrate holds a Postgres advisory lock
+// while it works. ctx bounds connecting; once a migration runs it is finished,
+// and canceling ctx stops before the next one.
+func MigrateUp(ctx context.Context, databaseURL string) error {
+	err := withMigrate(ctx, databaseURL, func(m *migrate.Migrate) error {
+		if err := m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("migrate up: %w", err)
+	}
+	return nil
+}
+
+// MigrateDown undoes the last applied migration, one step. It returns an
+// error if no migration is applied.
+func MigrateDown(ctx context.Context, databaseURL string) error {
+	err := withMigrate(ctx, databaseURL, func(m *migrate.Migrate) error {
+		if _, _, err := m.Version(); errors.Is(err, migrate.ErrNilVersion) {
+			return errors.New("no migration is applied")
+		}
+		return m.Steps(-1)
+	})
+	if err != nil {
+		return fmt.Errorf("migrate down: %w", err)
+	}
+	return nil
+}
+
+// MigrationStatus lists every embedded migration in version order and
+// whether the database at databaseURL has it. A database left dirty by a
+// failed migration is reported as an error (wrapping migrate.ErrDirty): it
+// needs a person to repair it.
+func MigrationStatus(ctx context.Context, databaseURL string) ([]MigrationState, error) {
+	var states []MigrationState
+	err := withMigrate(ctx, databaseURL, func(m *migrate.Migrate) error {
+		current, dirty, err := m.Version()
+		applied := true
+		switch {
+		case errors.Is(err, migrate.ErrNilVersion):
+			applied = false
+		case err != nil:
+			return err
+		case dirty:
+			return migrate.ErrDirty{Version: int(current)}
+		}
+		// golang-migrate records only the current version; migrations apply
+		// in order, so every version up to it is applied.
+		return eachMigration(func(version uint, name string) {
+			states = append(states, MigrationState{
+				Version: version,
+				Name:    name,
+				Applied: applied && version <= current,
+			})
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("migration status: %w", err)
+	}
+	return states, nil
+}
+
+// withMigrate runs fn with a migrate.Migrate over the embedded migrations and
+// the database at databaseURL, and closes it afterwards.
+func withMigrate(ctx context.Context, databaseURL string, fn func(*migrate.Migrate) error) (err error) {
+	cfg, err := pgx.ParseConfig(databaseURL)
+	if err != nil {
+		return fmt.Errorf("parse database url: %w", err)
+	}
+	db := stdlib.OpenDB(*cfg)
+	// The driver does not take a context: connect here so ctx bounds it.
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return fmt.Errorf("connect: %w", err)
+	}
+	driver, err := migratepgx.WithInstance(db, &migratepgx.Config{})
+	if err != nil {
+		db.Close()
+		return fmt.Errorf("open migration driver: %w", err)
+	}
+	src, err := iofs.New(migrations.FS, ".")
+	if err != nil {
+		driver.Close() // closes db too
+		return fmt.Errorf("open embedded migrations: %w", err)
+	}
+	m, err := migrate.NewWithInstance("iofs", src, "pgx5", driver)
+	if err != nil {
+		src.Close()
+		driver.Close()
+		return fmt.Errorf("set up migrate: %w", err)
+	}
+	defer func() {
+		srcErr, dbErr := m.Close()
+		if err == nil {
+			err = errors.Join(srcErr, dbErr)
+		}
+	}()
+
+	// migrate checks GracefulStop between migrations; it has room for one value.
+	stop := context.AfterFunc(ctx, func() { m.GracefulStop <- true })
+	defer stop()
+	return fn(m)
+}
+
+// eachMigration calls fn for every embedded migration in version order.
+func eachMigration(fn func(version uint, name string)) error {
+	src, err := iofs.New(migrations.FS, ".")
+	if err != nil {
+		return fmt.Errorf("open embedded migrations: %w", err)
+	}
+	defer src.Close()
+	version, err := src.First()
+	for err == nil {
+		var name string
+		if name, err = migrationName(src, version); err != nil {
+			return err
+		}
+		fn(version, name)
+		version, err = src.Next(version)
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		// The source's way of saying there is no next version.
+		return nil
+	}
+	return fmt.Errorf("read embedded migrations: %w", err)
+}
+
+// migrationName returns the name part of a version's up file: "init" for
+// 000001_init.up.sql.
+func migrationName(src source.Driver, version uint) (string, error) {
+	r, name, err := src.ReadUp(version)
+	if err != nil {
+		return "", fmt.Errorf("read migration %d: %w", version, err)
+	}
+	r.Close()
+	return name, nil
+}

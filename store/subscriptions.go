@@ -1,0 +1,165 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Status is the state of a subscription.
+type Status string
+
+// The values of Status.
+const (
+	StatusActive   Status = "active"
+	StatusCanceled Status = "canceled"
+)
+
+// Subscription is a row of the subscriptions table.
+type Subscription struct {
+	ID         string
+	AccountID  string
+	Plan       string
+	Status     Status
+	CreateTime time.Time
+	// CancelTime is nil while the subscription is active.
+	CancelTime *time.Time
+}
+
+// scanSubscription reads the columns id, account_id, plan, status,
+// create_time, cancel_time.
+func scanSubscription(row pgx.CollectableRow) (Subscription, error) {
+	var sub Subscription
+	if err := row.Scan(&sub.ID, &sub.AccountID, &sub.Plan, &sub.Status, &sub.CreateTime, &sub.CancelTime); err != nil {
+		return Subscription{}, err
+	}
+	sub.CreateTime = sub.CreateTime.UTC()
+	if sub.CancelTime != nil {
+		t := sub.CancelTime.UTC()
+		sub.CancelTime = &t
+	}
+	return sub, nil
+}
+
+// CreateSubscription starts an active subscription to plan for the account.
+// It returns ErrNotFound if the account does not exist and ErrConflict if the
+// account already has an active subscription.
+func (s *Store) CreateSubscription(ctx context.Context, accountID, plan string) (Subscription, error) {
+	// One statement, no look first: the partial unique index on active
+	// subscriptions decides between concurrent creates, and the foreign key
+	// decides whether the account exists.
+	rows, _ := s.pool.Query(ctx, `
+		INSERT INTO subscriptions (account_id, plan, status)
+		VALUES ($1, $2, 'active')
+		RETURNING id, account_id, plan, status, create_time, cancel_time`,
+		accountID, plan)
+	sub, err := pgx.CollectExactlyOneRow(rows, scanSubscription)
+	if err != nil {
+		return Subscription{}, fmt.Errorf("create subscription for account %q: %w", accountID, translate(err))
+	}
+	return sub, nil
+}
+
+// GetActiveSubscription returns the account's active subscription, or
+// ErrNotFound if it has none (or the account does not exist).
+func (s *Store) GetActiveSubscription(ctx context.Context, accountID string) (Subscription, error) {
+	// The status predicate matches the partial unique index, which answers
+	// this query.
+	rows, _ := s.pool.Query(ctx, `
+		SELECT id, account_id, plan, status, create_time, cancel_time
+		FROM subscriptions
+		WHERE account_id = $1 AND status = 'active'`,
+		accountID)
+	sub, err := pgx.CollectExactlyOneRow(rows, scanSubscription)
+	if err != nil {
+		return Subscription{}, fmt.Errorf("get active subscription of account %q: %w", accountID, translate(err))
+	}
+	return sub, nil
+}
+
+// CancelSubscription cancels the account's active subscription and returns it
+// as canceled. It returns ErrNotFound if the account has no active
+// subscription.
+func (s *Store) CancelSubscription(ctx context.Context, accountID string) (Subscription, error) {
+	// One UPDATE: of two concurrent cancels, the second waits for the row
+	// lock, re-checks status and matches nothing, so it gets ErrNotFound.
+	rows, _ := s.pool.Query(ctx, `
+		UPDATE subscriptions
+		SET status = 'canceled', cancel_time = now()
+		WHERE account_id = $1 AND status = 'active'
+		RETURNING id, account_id, plan, status, create_time, cancel_time`,
+		accountID)
+	sub, err := pgx.CollectExactlyOneRow(rows, scanSubscription)
+	if err != nil {
+		return Subscription{}, fmt.Errorf("cancel subscription of account %q: %w", accountID, translate(err))
+	}
+	return sub, nil
+}
+
+// Cursor is the position of the last row of a page of subscriptions: the next
+// page starts after it. CreateTime must keep its microseconds, the precision
+// Postgres stores.
+type Cursor struct {
+	CreateTime time.Time
+	ID         string
+}
+
+// ListSubscriptionsParams selects a page of subscriptions.
+type ListSubscriptionsParams struct {
+	// Plan keeps only subscriptions to this plan; "" keeps all.
+	Plan string
+	// Limit is the most rows returned. It must be positive.
+	Limit int
+	// After is the last row of the previous page; nil asks for the first page.
+	After *Cursor
+}
+
+// ListSubscriptions returns up to p.Limit subscriptions, newest first (by
+// create_time, then id, both descending), starting after p.After. A page
+// shorter than p.Limit is the last one. Rows created between two calls are
+// seen only if they sort after the cursor.
+func (s *Store) ListSubscriptions(ctx context.Context, p ListSubscriptionsParams) ([]Subscription, error) {
+	if p.Limit <= 0 {
+		// Callers validate page sizes, so this is a bug, not a sentinel case.
+		return nil, fmt.Errorf("list subscriptions: limit %d is not positive", p.Limit)
+	}
+	var (
+		where []string
+		args  []any
+	)
+	// arg adds a value and returns its placeholder.
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	if p.Plan != "" {
+		where = append(where, "plan = "+arg(p.Plan))
+	}
+	if p.After != nil {
+		// Keyset paging: the row comparison is one range in the
+		// (create_time DESC, id DESC) indexes, so a deep page costs what the
+		// first one does, unlike OFFSET.
+		where = append(where, "(create_time, id) < ("+arg(p.After.CreateTime)+", "+arg(p.After.ID)+")")
+	}
+	sql := `
+		SELECT id, account_id, plan, status, create_time, cancel_time
+		FROM subscriptions`
+	if len(where) > 0 {
+		sql += `
+		WHERE ` + strings.Join(where, " AND ")
+	}
+	sql += `
+		ORDER BY create_time DESC, id DESC
+		LIMIT ` + arg(p.Limit)
+
+	rows, _ := s.pool.Query(ctx, sql, args...)
+	subs, err := pgx.CollectRows(rows, scanSubscription)
+	if err != nil {
+		return nil, fmt.Errorf("list subscriptions (plan %q): %w", p.Plan, translate(err))
+	}
+	return subs, nil
+}

@@ -1,0 +1,34 @@
+// Command sheba serves the sheba API over gRPC and REST, applies its
+// database migrations, and prints its OpenAPI document, API keys and
+// version. Run `sheba help` for the commands.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Set at link time by the Makefile (-ldflags -X).
+var (
+	version = "dev"
+	commit  = "unknown"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr)
+	stop()
+	if err == nil {
+		return
+	}
+	fmt.Fprintln(os.Stderr, "sheba:", err)
+	var uerr *usageError
+	if errors.As(err, &uerr) {
+		os.Exit(2)
+	}
+	os.Exit(1)
+}

@@ -1,0 +1,238 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"runtime"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/shebasvc/sheba/config"
+	"github.com/shebasvc/sheba/gen/openapiv2"
+	"github.com/shebasvc/sheba/server"
+	"github.com/shebasvc/sheba/store"
+)
+
+const usage = `usage:
+  sheba serve [--config FILE] [--migrate]   run the service
+  sheba migrate up|down|status [--config FILE]
+                                            apply, revert one step, or list migrations
+  sheba openapi                             print the OpenAPI document
+  sheba apikey new --id NAME                print a new API key and its config entry
+  sheba version                             print version, commit and Go version
+The config file may also be given by SHEBA_CONFIG; every key can be set by
+SHEBA_<SECTION>_<KEY>, and DATABASE_URL sets database.url.`
+
+// usageError is a bad command line or configuration: main exits 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// run is the only wiring code: it reads the command line and the
+// configuration, connects what the command needs and runs it until ctx is
+// done.
+func run(ctx context.Context, args []string, lookup func(string) (string, bool), stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usagef("no command given\n%s", usage)
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "serve":
+		return serve(ctx, rest, lookup, stderr)
+	case "migrate":
+		return migrate(ctx, rest, lookup, stdout)
+	case "openapi":
+		if err := noArgs(flag.NewFlagSet(cmd, flag.ContinueOnError), rest); err != nil {
+			return err
+		}
+		_, err := io.WriteString(stdout, openapiv2.Document)
+		return err
+	case "apikey":
+		return apikey(rest, stdout)
+	case "version":
+		if err := noArgs(flag.NewFlagSet(cmd, flag.ContinueOnError), rest); err != nil {
+			return err
+		}
+		_, err := fmt.Fprintf(stdout, "sheba %s (commit %s, %s)\n", version, commit, runtime.Version())
+		return err
+	case "help", "-h", "--help":
+		_, err := fmt.Fprintln(stdout, usage)
+		return err
+	default:
+		return usagef("unknown command %q\n%s", cmd, usage)
+	}
+}
+
+// parseFlags parses args into fs and rejects positional arguments beyond
+// maxArgs.
+func parseFlags(fs *flag.FlagSet, args []string, maxArgs int) error {
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		return usagef("%s: %v", fs.Name(), err)
+	}
+	if fs.NArg() > maxArgs {
+		return usagef("%s: unexpected argument %q", fs.Name(), fs.Arg(maxArgs))
+	}
+	return nil
+}
+
+func noArgs(fs *flag.FlagSet, args []string) error { return parseFlags(fs, args, 0) }
+
+// loadConfig loads the file named by --config or SHEBA_CONFIG, with the
+// environment's overrides, and validates it.
+func loadConfig(path string, lookup func(string) (string, bool)) (config.Config, error) {
+	if path == "" {
+		path, _ = lookup("SHEBA_CONFIG")
+	}
+	cfg, err := config.Load(path, lookup)
+	if err != nil {
+		return config.Config{}, usagef("config: %v", err)
+	}
+	return cfg, nil
+}
+
+func newLogger(c config.Log, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(c.Level)) // validated by config
+	opts := &slog.HandlerOptions{Level: level}
+	if c.Format == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+func serve(ctx context.Context, args []string, lookup func(string) (string, bool), stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	configPath := fs.String("config", "", "config file")
+	doMigrate := fs.Bool("migrate", false, "apply migrations before serving")
+	if err := noArgs(fs, args); err != nil {
+		return err
+	}
+	cfg, err := loadConfig(*configPath, lookup)
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg.Log, stderr)
+
+	if *doMigrate {
+		if err := store.MigrateUp(ctx, cfg.Database.URL); err != nil {
+			return fmt.Errorf("migrate: %w", err)
+		}
+		log.InfoContext(ctx, "migrations applied")
+	}
+	poolCfg, err := pgxpool.ParseConfig(cfg.Database.URL)
+	if err != nil {
+		return usagef("config: database.url: %v", err)
+	}
+	poolCfg.MaxConns = cfg.Database.MaxConns
+	// The pool connects lazily, so the service starts while Postgres is down.
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	if err != nil {
+		return fmt.Errorf("database pool: %w", err)
+	}
+	defer pool.Close()
+
+	srv, err := server.New(ctx, cfg, store.New(pool), log)
+	if err != nil {
+		return err
+	}
+	var lc net.ListenConfig
+	grpcLis, err := lc.Listen(ctx, "tcp", cfg.GRPC.Addr)
+	if err != nil {
+		return fmt.Errorf("listen grpc.addr: %w", err)
+	}
+	httpLis, err := lc.Listen(ctx, "tcp", cfg.HTTP.Addr)
+	if err != nil {
+		grpcLis.Close()
+		return fmt.Errorf("listen http.addr: %w", err)
+	}
+	return srv.Serve(ctx, grpcLis, httpLis)
+}
+
+func migrate(ctx context.Context, args []string, lookup func(string) (string, bool), stdout io.Writer) error {
+	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
+	configPath := fs.String("config", "", "config file")
+	// The direction may come before or after the flags.
+	var direction string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		direction, args = args[0], args[1:]
+	}
+	if err := parseFlags(fs, args, 1); err != nil {
+		return err
+	}
+	if direction == "" {
+		direction = fs.Arg(0)
+	} else if fs.NArg() > 0 {
+		return usagef("migrate: unexpected argument %q", fs.Arg(0))
+	}
+	if direction != "up" && direction != "down" && direction != "status" {
+		return usagef("migrate: want up, down or status, got %q", direction)
+	}
+	cfg, err := loadConfig(*configPath, lookup)
+	if err != nil {
+		return err
+	}
+	url := cfg.Database.URL
+	switch direction {
+	case "up":
+		return store.MigrateUp(ctx, url)
+	case "down":
+		return store.MigrateDown(ctx, url)
+	}
+	states, err := store.MigrationStatus(ctx, url)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "VERSION\tNAME\tSTATE")
+	for _, s := range states {
+		state := "pending"
+		if s.Applied {
+			state = "applied"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\n", s.Version, s.Name, state)
+	}
+	return tw.Flush()
+}
+
+func apikey(args []string, stdout io.Writer) error {
+	if len(args) == 0 || args[0] != "new" {
+		return usagef("apikey: want 'apikey new --id NAME'")
+	}
+	fs := flag.NewFlagSet("apikey new", flag.ContinueOnError)
+	id := fs.String("id", "", "identity of the caller, as it appears in metrics and logs")
+	if err := noArgs(fs, args[1:]); err != nil {
+		return err
+	}
+	if !config.ValidKeyID(*id) {
+		return usagef("apikey new: --id must be 1 to 64 characters of a-z, 0-9, '.', '_' and '-', starting with a letter or digit")
+	}
+	var raw [32]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return errors.New("apikey new: no randomness available")
+	}
+	key := base64.RawURLEncoding.EncodeToString(raw[:])
+	sum := sha256.Sum256([]byte(key))
+	_, err := fmt.Fprintf(stdout, `API key (shown only now; give it to the caller, it is not stored):
+%s
+
+Config entry for auth.keys (only the SHA-256 of the key is kept):
+  - { id: %q, sha256: "%s" }
+`, key, *id, hex.EncodeToString(sum[:]))
+	return err
+}

@@ -1,0 +1,84 @@
+package server
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
+	"github.com/shebasvc/sheba/store"
+)
+
+// errLoginFailed is the one answer to every failed login, so that a caller
+// cannot tell an unknown username from a wrong password.
+var errLoginFailed = status.Error(codes.Unauthenticated, "invalid username or password")
+
+// accountServer implements shebav1.AccountServiceServer.
+type accountServer struct {
+	shebav1.UnimplementedAccountServiceServer
+	store  *store.Store
+	hasher *passwordHasher
+	errs   errorMapper
+}
+
+// CreateAccount creates an account. Codes: InvalidArgument, AlreadyExists.
+func (s *accountServer) CreateAccount(ctx context.Context, req *shebav1.CreateAccountRequest) (*shebav1.CreateAccountResponse, error) {
+	var v violations
+	v.checkUsername("username", req.GetUsername())
+	v.checkPassword("password", req.GetPassword())
+	if err := v.err(); err != nil {
+		return nil, err
+	}
+	hash, err := s.hasher.hash(req.GetPassword())
+	if err != nil {
+		return nil, s.errs.toStatus(ctx, "create account", err, errMsgs{})
+	}
+	a, err := s.store.CreateAccount(ctx, req.GetUsername(), hash)
+	if err != nil {
+		return nil, s.errs.toStatus(ctx, "create account", err, errMsgs{conflict: "username already taken"})
+	}
+	return &shebav1.CreateAccountResponse{Account: accountToProto(a)}, nil
+}
+
+// Login checks a username and password. Codes: InvalidArgument,
+// Unauthenticated.
+func (s *accountServer) Login(ctx context.Context, req *shebav1.LoginRequest) (*shebav1.LoginResponse, error) {
+	var v violations
+	v.checkUsername("username", req.GetUsername())
+	v.checkPassword("password", req.GetPassword())
+	if err := v.err(); err != nil {
+		return nil, err
+	}
+	a, err := s.store.GetAccountByUsername(ctx, req.GetUsername())
+	if errors.Is(err, store.ErrNotFound) {
+		s.hasher.burn(req.GetPassword())
+		return nil, errLoginFailed
+	}
+	if err != nil {
+		return nil, s.errs.toStatus(ctx, "login", err, errMsgs{})
+	}
+	ok, err := s.hasher.verify(req.GetPassword(), a.PasswordHash)
+	if err != nil {
+		return nil, s.errs.toStatus(ctx, "login", err, errMsgs{})
+	}
+	if !ok {
+		return nil, errLoginFailed
+	}
+	return &shebav1.LoginResponse{Account: accountToProto(a)}, nil
+}
+
+// GetAccount returns one account. Codes: InvalidArgument, NotFound.
+func (s *accountServer) GetAccount(ctx context.Context, req *shebav1.GetAccountRequest) (*shebav1.GetAccountResponse, error) {
+	var v violations
+	id := v.checkID("account_id", req.GetAccountId())
+	if err := v.err(); err != nil {
+		return nil, err
+	}
+	a, err := s.store.GetAccount(ctx, id)
+	if err != nil {
+		return nil, s.errs.toStatus(ctx, "get account", err, errMsgs{notFound: "account not found"})
+	}
+	return &shebav1.GetAccountResponse{Account: accountToProto(a)}, nil
+}

@@ -1,0 +1,147 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// healthChecker pings the database on an interval and is the one source of
+// truth for readiness: it drives both the grpc.health.v1 server (for "" and
+// every sheba.v1 service) and GET /readyz. It is safe for concurrent use.
+type healthChecker struct {
+	grpc     *health.Server
+	ping     func(context.Context) error
+	interval time.Duration
+	services []string
+
+	mu           sync.Mutex
+	ready        bool
+	reason       string
+	shuttingDown bool
+}
+
+func newHealthChecker(ping func(context.Context) error, interval time.Duration, services []string) *healthChecker {
+	h := &healthChecker{
+		grpc:     health.NewServer(),
+		ping:     ping,
+		interval: interval,
+		services: services,
+		reason:   "starting",
+	}
+	h.setGRPC(healthpb.HealthCheckResponse_NOT_SERVING)
+	return h
+}
+
+// run checks at once and then every interval until ctx is done.
+func (h *healthChecker) run(ctx context.Context) {
+	t := time.NewTicker(h.interval)
+	defer t.Stop()
+	for {
+		h.check(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (h *healthChecker) check(ctx context.Context) {
+	// A ping that takes longer than the interval counts as down.
+	ctx, cancel := context.WithTimeout(ctx, h.interval)
+	defer cancel()
+	err := h.ping(ctx)
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.shuttingDown {
+		return
+	}
+	ready, reason := err == nil, ""
+	if err != nil {
+		// The driver's text can name hosts and users; say only what failed.
+		reason = "database unreachable"
+	}
+	if ready == h.ready && reason == h.reason {
+		return
+	}
+	h.ready, h.reason = ready, reason
+	if ready {
+		h.setGRPC(healthpb.HealthCheckResponse_SERVING)
+	} else {
+		h.setGRPC(healthpb.HealthCheckResponse_NOT_SERVING)
+	}
+}
+
+func (h *healthChecker) setGRPC(s healthpb.HealthCheckResponse_ServingStatus) {
+	h.grpc.SetServingStatus("", s)
+	for _, svc := range h.services {
+		h.grpc.SetServingStatus(svc, s)
+	}
+}
+
+// shutdown turns every status NOT_SERVING for good.
+func (h *healthChecker) shutdown() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.shuttingDown = true
+	h.ready, h.reason = false, "shutting down"
+	h.grpc.Shutdown()
+}
+
+func (h *healthChecker) state() (ready bool, reason string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.ready, h.reason
+}
+
+// serveReadyz answers GET /readyz per contract §3.
+func (h *healthChecker) serveReadyz(w http.ResponseWriter, _ *http.Request) {
+	ready, reason := h.state()
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	if ready {
+		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+		return
+	}
+	w.WriteHeader(http.StatusServiceUnavailable)
+	body, _ := json.Marshal(struct {
+		Status string `json:"status"`
+		Reason string `json:"reason"`
+	}{"unavailable", reason})
+	_, _ = w.Write(append(body, '\n'))
+}
+
+// healthService is the grpc.health.v1 server whose Watch streams end when
+// stop closes, so that they do not hold a graceful stop open.
+type healthService struct {
+	*health.Server
+	stop <-chan struct{}
+}
+
+// Watch streams status changes until the client leaves or the server stops.
+func (h healthService) Watch(req *healthpb.HealthCheckRequest, stream healthpb.Health_WatchServer) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	go func() {
+		select {
+		case <-h.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return h.Server.Watch(req, watchStream{Health_WatchServer: stream, ctx: ctx})
+}
+
+type watchStream struct {
+	healthpb.Health_WatchServer
+	ctx context.Context
+}
+
+func (w watchStream) Context() context.Context { return w.ctx }

@@ -1,0 +1,100 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"sync/atomic"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/shebasvc/sheba/gen/openapiv2"
+)
+
+// httpHandler serves the operator endpoints of contract §3, which no key,
+// limit or shedding ever touches, and everything else through the gateway.
+func (s *Server) httpHandler(gw *runtime.ServeMux) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("GET /readyz", s.health.serveReadyz)
+	mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, openapiv2.Document)
+	})
+	mux.Handle("/", restHandler(gw, s.cfg.HTTP.MaxBodyBytes))
+	return mux
+}
+
+// restHandler guards the gateway: it answers 415 to a body it cannot decode
+// and 413 to one over maxBody bytes, before any handler runs.
+func restHandler(gw *runtime.ServeMux, maxBody int64) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength != 0 && !supportedContentType(r.Header.Get("Content-Type")) {
+			writeError(gw, w, r, &runtime.HTTPStatusError{
+				HTTPStatus: http.StatusUnsupportedMediaType,
+				Err:        status.Errorf(codes.InvalidArgument, "unsupported content type %q: send application/json", r.Header.Get("Content-Type")),
+			})
+			return
+		}
+		if r.ContentLength > maxBody {
+			writeError(gw, w, r, errBodyTooLarge(maxBody))
+			return
+		}
+		if r.ContentLength != 0 {
+			lb := &limitedBody{ReadCloser: http.MaxBytesReader(w, r.Body, maxBody), limit: maxBody}
+			r = r.WithContext(context.WithValue(r.Context(), limitedBodyKey{}, lb))
+			r.Body = lb
+		}
+		gw.ServeHTTP(w, r)
+	})
+}
+
+func writeError(gw *runtime.ServeMux, w http.ResponseWriter, r *http.Request, err error) {
+	_, m := runtime.MarshalerForRequest(gw, r)
+	runtime.DefaultHTTPErrorHandler(r.Context(), gw, m, w, r, err)
+}
+
+// supportedContentType reports whether the gateway can decode a body of
+// this type. No type at all is taken as JSON.
+func supportedContentType(ct string) bool {
+	if ct == "" {
+		return true
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && mt == "application/json"
+}
+
+// limitedBody remembers that the body went over its limit, so the error
+// handler can answer 413 where the gateway's decoder saw only a read error.
+type limitedBody struct {
+	io.ReadCloser
+	limit int64
+	over  atomic.Bool
+}
+
+type limitedBodyKey struct{}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		b.over.Store(true)
+	}
+	return n, err
+}
+
+// bodyOverLimit reports whether the request body of ctx went over its limit,
+// and the limit.
+func bodyOverLimit(ctx context.Context) (int64, bool) {
+	b, ok := ctx.Value(limitedBodyKey{}).(*limitedBody)
+	if !ok || !b.over.Load() {
+		return 0, false
+	}
+	return b.limit, true
+}

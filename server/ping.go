@@ -1,0 +1,17 @@
+package server
+
+import (
+	"context"
+
+	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
+)
+
+// pingServer implements shebav1.PingServiceServer.
+type pingServer struct {
+	shebav1.UnimplementedPingServiceServer
+}
+
+// Ping answers "pong" and touches nothing else.
+func (pingServer) Ping(context.Context, *shebav1.PingRequest) (*shebav1.PingResponse, error) {
+	return &shebav1.PingResponse{Message: "pong"}, nil
+}

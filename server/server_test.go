@@ -1,0 +1,225 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/shebasvc/sheba/config"
+	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
+	"github.com/shebasvc/sheba/server"
+	"github.com/shebasvc/sheba/store"
+	"github.com/shebasvc/sheba/store/storetest"
+)
+
+// testEnv is a sheba server on real listeners over its own database, and
+// clients for both transports.
+type testEnv struct {
+	baseURL string
+	pool    *pgxpool.Pool
+	conn    *grpc.ClientConn
+	ping    shebav1.PingServiceClient
+	account shebav1.AccountServiceClient
+	sub     shebav1.SubscriptionServiceClient
+	health  healthpb.HealthClient
+	logs    *syncBuffer
+}
+
+func newTestEnv(t *testing.T, mutate ...func(*config.Config)) *testEnv {
+	t.Helper()
+	url := storetest.NewDatabase(t)
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatalf("pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+
+	cfg := config.Default()
+	cfg.Database.URL = url
+	cfg.Shutdown.Timeout = 10 * time.Second
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	logs := &syncBuffer{}
+	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	ctx, cancel := context.WithCancel(context.Background())
+	srv, err := server.New(ctx, cfg, store.New(pool), log, server.WithHealthInterval(100*time.Millisecond))
+	if err != nil {
+		t.Fatalf("server.New: %v", err)
+	}
+	grpcLis := listen(t)
+	httpLis := listen(t)
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, grpcLis, httpLis) }()
+
+	conn, err := grpc.NewClient(grpcLis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatalf("grpc client: %v", err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return &testEnv{
+		baseURL: "http://" + httpLis.Addr().String(),
+		pool:    pool,
+		conn:    conn,
+		ping:    shebav1.NewPingServiceClient(conn),
+		account: shebav1.NewAccountServiceClient(conn),
+		sub:     shebav1.NewSubscriptionServiceClient(conn),
+		health:  healthpb.NewHealthClient(conn),
+		logs:    logs,
+	}
+}
+
+func listen(t *testing.T) net.Listener {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	return lis
+}
+
+// restResponse is what a REST client sees.
+type restResponse struct {
+	code   int
+	header http.Header
+	body   []byte
+}
+
+// do sends a REST request with a JSON body (none if body is "").
+func (e *testEnv) do(t *testing.T, method, path, body string, header ...string) restResponse {
+	t.Helper()
+	var r io.Reader
+	if body != "" {
+		r = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), method, e.baseURL+path, r)
+	if err != nil {
+		t.Fatalf("request: %v", err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("read body: %v", err)
+	}
+	return restResponse{code: resp.StatusCode, header: resp.Header, body: b}
+}
+
+// json decodes the body into a generic map.
+func (r restResponse) json(t *testing.T) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(r.body, &m); err != nil {
+		t.Fatalf("body %q is not a JSON object: %v", r.body, err)
+	}
+	return m
+}
+
+// status decodes a google.rpc.Status error body.
+func (r restResponse) status(t *testing.T) *spb.Status {
+	t.Helper()
+	var st spb.Status
+	if err := protojson.Unmarshal(r.body, &st); err != nil {
+		t.Fatalf("body %q is not a google.rpc.Status: %v", r.body, err)
+	}
+	return &st
+}
+
+// wantREST checks an HTTP status code.
+func wantCode(t *testing.T, r restResponse, want int) {
+	t.Helper()
+	if r.code != want {
+		t.Fatalf("got HTTP %d, want %d; body %s", r.code, want, r.body)
+	}
+}
+
+// wantRESTError checks an error answer: HTTP code, Status code and, if
+// field is not empty, a BadRequest violation of that field.
+func wantRESTError(t *testing.T, r restResponse, httpCode int, code codes.Code, field string) *spb.Status {
+	t.Helper()
+	wantCode(t, r, httpCode)
+	st := r.status(t)
+	if codes.Code(st.GetCode()) != code {
+		t.Fatalf("got status code %v, want %v; body %s", codes.Code(st.GetCode()), code, r.body)
+	}
+	if field != "" && !hasViolation(status.FromProto(st), field) {
+		t.Fatalf("no field violation for %q in %s", field, r.body)
+	}
+	return st
+}
+
+// wantGRPCError checks a gRPC error's code and, if field is not empty, its
+// BadRequest violation of that field.
+func wantGRPCError(t *testing.T, err error, code codes.Code, field string) {
+	t.Helper()
+	st, _ := status.FromError(err)
+	if st.Code() != code {
+		t.Fatalf("got %v (%v), want code %v", st.Code(), err, code)
+	}
+	if field != "" && !hasViolation(st, field) {
+		t.Fatalf("no field violation for %q in %v", field, st.Details())
+	}
+}
+
+func hasViolation(st *status.Status, field string) bool {
+	for _, d := range st.Details() {
+		if br, ok := d.(*errdetails.BadRequest); ok {
+			for _, v := range br.GetFieldViolations() {
+				if v.GetField() == field {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// syncBuffer is a log sink safe for concurrent writes.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

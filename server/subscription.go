@@ -1,0 +1,105 @@
+package server
+
+import (
+	"context"
+
+	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
+	"github.com/shebasvc/sheba/store"
+)
+
+// subscriptionServer implements shebav1.SubscriptionServiceServer.
+type subscriptionServer struct {
+	shebav1.UnimplementedSubscriptionServiceServer
+	store *store.Store
+	errs  errorMapper
+}
+
+// CreateSubscription starts a subscription. Codes: InvalidArgument, NotFound
+// (unknown account), AlreadyExists (one is active).
+func (s *subscriptionServer) CreateSubscription(ctx context.Context, req *shebav1.CreateSubscriptionRequest) (*shebav1.CreateSubscriptionResponse, error) {
+	var v violations
+	id := v.checkID("account_id", req.GetAccountId())
+	v.checkPlan("plan", req.GetPlan())
+	if err := v.err(); err != nil {
+		return nil, err
+	}
+	sub, err := s.store.CreateSubscription(ctx, id, req.GetPlan())
+	if err != nil {
+		return nil, s.errs.toStatus(ctx, "create subscription", err, errMsgs{
+			notFound: "account not found",
+			conflict: "account already has an active subscription",
+		})
+	}
+	return &shebav1.CreateSubscriptionResponse{Subscription: subscriptionToProto(sub)}, nil
+}
+
+// GetSubscription returns the active subscription. Codes: InvalidArgument,
+// NotFound.
+func (s *subscriptionServer) GetSubscription(ctx context.Context, req *shebav1.GetSubscriptionRequest) (*shebav1.GetSubscriptionResponse, error) {
+	var v violations
+	id := v.checkID("account_id", req.GetAccountId())
+	if err := v.err(); err != nil {
+		return nil, err
+	}
+	sub, err := s.store.GetActiveSubscription(ctx, id)
+	if err != nil {
+		return nil, s.errs.toStatus(ctx, "get subscription", err, errMsgs{notFound: "no active subscription"})
+	}
+	return &shebav1.GetSubscriptionResponse{Subscription: subscriptionToProto(sub)}, nil
+}
+
+// CancelSubscription cancels the active subscription. Codes: InvalidArgument,
+// NotFound.
+func (s *subscriptionServer) CancelSubscription(ctx context.Context, req *shebav1.CancelSubscriptionRequest) (*shebav1.CancelSubscriptionResponse, error) {
+	var v violations
+	id := v.checkID("account_id", req.GetAccountId())
+	if err := v.err(); err != nil {
+		return nil, err
+	}
+	sub, err := s.store.CancelSubscription(ctx, id)
+	if err != nil {
+		return nil, s.errs.toStatus(ctx, "cancel subscription", err, errMsgs{notFound: "no active subscription"})
+	}
+	return &shebav1.CancelSubscriptionResponse{Subscription: subscriptionToProto(sub)}, nil
+}
+
+// ListSubscriptions returns one keyset page. Codes: InvalidArgument (bad
+// page_size, plan or page_token).
+func (s *subscriptionServer) ListSubscriptions(ctx context.Context, req *shebav1.ListSubscriptionsRequest) (*shebav1.ListSubscriptionsResponse, error) {
+	var v violations
+	size := v.checkPageSize("page_size", req.GetPageSize())
+	if req.GetPlan() != "" {
+		v.checkPlan("plan", req.GetPlan())
+	}
+	var after *store.Cursor
+	if req.GetPageToken() != "" {
+		c, err := decodePageToken(req.GetPageToken(), req.GetPlan())
+		if err != nil {
+			v.add("page_token", err.Error())
+		}
+		after = c
+	}
+	if err := v.err(); err != nil {
+		return nil, err
+	}
+	// One row more than the page tells whether there is a next page.
+	subs, err := s.store.ListSubscriptions(ctx, store.ListSubscriptionsParams{
+		Plan:  req.GetPlan(),
+		Limit: size + 1,
+		After: after,
+	})
+	if err != nil {
+		return nil, s.errs.toStatus(ctx, "list subscriptions", err, errMsgs{})
+	}
+	resp := &shebav1.ListSubscriptionsResponse{}
+	if len(subs) > size {
+		subs = subs[:size]
+		last := subs[size-1]
+		resp.NextPageToken = encodePageToken(store.Cursor{CreateTime: last.CreateTime, ID: last.ID}, req.GetPlan())
+	}
+	resp.Subscriptions = make([]*shebav1.Subscription, len(subs))
+	for i, sub := range subs {
+		resp.Subscriptions[i] = subscriptionToProto(sub)
+	}
+	return resp, nil
+}

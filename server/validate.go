@@ -1,0 +1,95 @@
+package server
+
+import (
+	"fmt"
+	"regexp"
+
+	"github.com/google/uuid"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// The input rules of contract §4.
+var (
+	usernameRE = regexp.MustCompile(`^[a-z0-9._-]{3,64}$`)
+	planRE     = regexp.MustCompile(`^[a-z0-9-]{1,64}$`)
+)
+
+const (
+	minPasswordBytes = 8
+	maxPasswordBytes = 256
+
+	defaultPageSize = 50
+	maxPageSize     = 1000
+)
+
+// violations collects the field violations of one request.
+type violations []*errdetails.BadRequest_FieldViolation
+
+func (v *violations) add(field, description string) {
+	*v = append(*v, &errdetails.BadRequest_FieldViolation{Field: field, Description: description})
+}
+
+// err returns nil when there are no violations, else an InvalidArgument status
+// whose message names the first one and whose details list them all.
+func (v violations) err() error {
+	if len(v) == 0 {
+		return nil
+	}
+	st := status.New(codes.InvalidArgument, fmt.Sprintf("invalid %s: %s", v[0].Field, v[0].Description))
+	withDetails, err := st.WithDetails(&errdetails.BadRequest{FieldViolations: v})
+	if err != nil {
+		// Only a marshaling bug gets here; the message alone is still right.
+		return st.Err()
+	}
+	return withDetails.Err()
+}
+
+func (v *violations) checkUsername(field, username string) {
+	if !usernameRE.MatchString(username) {
+		v.add(field, "must be 3 to 64 characters of a-z, 0-9, '.', '_' and '-'")
+	}
+}
+
+func (v *violations) checkPassword(field, password string) {
+	if n := len(password); n < minPasswordBytes || n > maxPasswordBytes {
+		v.add(field, fmt.Sprintf("must be %d to %d bytes, got %d", minPasswordBytes, maxPasswordBytes, n))
+	}
+}
+
+func (v *violations) checkPlan(field, plan string) {
+	if !planRE.MatchString(plan) {
+		v.add(field, "must be 1 to 64 characters of a-z, 0-9 and '-'")
+	}
+}
+
+// checkID accepts only the canonical 36-character UUID form and returns it in
+// lower case, the form the database answers with.
+func (v *violations) checkID(field, id string) string {
+	if len(id) != 36 {
+		v.add(field, "must be a UUID")
+		return id
+	}
+	u, err := uuid.Parse(id)
+	if err != nil {
+		v.add(field, "must be a UUID")
+		return id
+	}
+	return u.String()
+}
+
+// checkPageSize applies the page_size rules of contract §4.
+func (v *violations) checkPageSize(field string, size int32) int {
+	switch {
+	case size < 0:
+		v.add(field, "must not be negative")
+		return 0
+	case size == 0:
+		return defaultPageSize
+	case size > maxPageSize:
+		return maxPageSize
+	default:
+		return int(size)
+	}
+}

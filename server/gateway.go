@@ -45,7 +45,9 @@ func newGateway(ctx context.Context, conn grpc.ClientConnInterface) (*runtime.Se
 		runtime.WithDisablePathLengthFallback(),
 	)
 	for _, register := range []func() error{
-		func() error { return shebav1.RegisterPingServiceHandlerClient(ctx, mux, shebav1.NewPingServiceClient(conn)) },
+		func() error {
+			return shebav1.RegisterPingServiceHandlerClient(ctx, mux, shebav1.NewPingServiceClient(conn))
+		},
 		func() error {
 			return shebav1.RegisterAccountServiceHandlerClient(ctx, mux, shebav1.NewAccountServiceClient(conn))
 		},

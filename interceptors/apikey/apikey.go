@@ -1,0 +1,147 @@
+package apikey
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// Key is a configured API key: its caller id and the SHA-256 of the key.
+type Key struct {
+	ID     string
+	SHA256 [sha256.Size]byte
+}
+
+// ParseKey makes a Key from an id and a hex SHA-256.
+func ParseKey(id, sha256Hex string) (Key, error) {
+	b, err := hex.DecodeString(sha256Hex)
+	if err != nil || len(b) != sha256.Size {
+		return Key{}, fmt.Errorf("api key %q: sha256 must be 64 hex digits", id)
+	}
+	k := Key{ID: id}
+	copy(k.SHA256[:], b)
+	return k, nil
+}
+
+// Authenticator checks API keys. It is safe for concurrent use.
+type Authenticator struct {
+	keys     []Key
+	public   map[string]bool
+	onReject func(ctx context.Context)
+}
+
+type options struct {
+	onReject func(ctx context.Context)
+}
+
+// Option configures an Authenticator.
+type Option func(*options)
+
+// WithOnReject calls f for every call rejected as unauthenticated (for a
+// rejection counter).
+func WithOnReject(f func(ctx context.Context)) Option {
+	return func(o *options) { o.onReject = f }
+}
+
+// New returns an Authenticator for keys. public lists full method names
+// ("/sheba.v1.PingService/Ping") that need no key.
+func New(keys []Key, public []string, opts ...Option) *Authenticator {
+	o := options{onReject: func(context.Context) {}}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	a := &Authenticator{
+		keys:     append([]Key(nil), keys...),
+		public:   make(map[string]bool, len(public)),
+		onReject: o.onReject,
+	}
+	for _, m := range public {
+		a.public[m] = true
+	}
+	return a
+}
+
+var (
+	errMissing   = status.Error(codes.Unauthenticated, "missing API key: send it in x-api-key or as authorization: Bearer <key>")
+	errMalformed = status.Error(codes.Unauthenticated, "malformed authorization: want Bearer <key>")
+	errUnknown   = status.Error(codes.Unauthenticated, "invalid API key")
+)
+
+type idKey struct{}
+
+// IDFromContext returns the id of the caller's API key, or "" for a call
+// without one (a public method).
+func IDFromContext(ctx context.Context) string {
+	if k, ok := ctx.Value(idKey{}).(*Key); ok {
+		return k.ID
+	}
+	return ""
+}
+
+// Authenticate identifies the caller of the call in ctx and returns ctx with
+// the caller id. It has the shape of go-grpc-middleware's auth.AuthFunc.
+func (a *Authenticator) Authenticate(ctx context.Context) (context.Context, error) {
+	method, _ := grpc.Method(ctx)
+	public := a.public[method]
+	key, err := keyFromMetadata(ctx)
+	if err != nil {
+		if public {
+			return ctx, nil
+		}
+		a.onReject(ctx)
+		return nil, err
+	}
+	k := a.lookup(key)
+	if k == nil {
+		if public {
+			return ctx, nil
+		}
+		a.onReject(ctx)
+		return nil, errUnknown
+	}
+	// A pointer into keys: storing it in the context allocates nothing.
+	return context.WithValue(ctx, idKey{}, k), nil
+}
+
+// lookup returns the configured key that matches key, or nil. Every configured hash is compared, in
+// constant time, whatever matches, so the timing says nothing about which
+// or how many keys exist.
+func (a *Authenticator) lookup(key string) *Key {
+	sum := sha256.Sum256([]byte(key))
+	found := -1
+	for i := range a.keys {
+		if subtle.ConstantTimeCompare(sum[:], a.keys[i].SHA256[:]) == 1 {
+			found = i
+		}
+	}
+	if found < 0 {
+		return nil
+	}
+	return &a.keys[found]
+}
+
+// keyFromMetadata reads the key from x-api-key, else from a Bearer
+// authorization.
+func keyFromMetadata(ctx context.Context) (string, error) {
+	// ValueFromIncomingContext reads one key without copying all metadata.
+	if v := metadata.ValueFromIncomingContext(ctx, "x-api-key"); len(v) > 0 && v[0] != "" {
+		return v[0], nil
+	}
+	if v := metadata.ValueFromIncomingContext(ctx, "authorization"); len(v) == 0 || v[0] == "" {
+		return "", errMissing
+	}
+	key, err := auth.AuthFromMD(ctx, "bearer")
+	if err != nil || strings.TrimSpace(key) == "" {
+		return "", errMalformed
+	}
+	return strings.TrimSpace(key), nil
+}

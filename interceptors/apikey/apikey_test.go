@@ -1,0 +1,141 @@
+package apikey_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"testing"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
+	"github.com/shebasvc/sheba/interceptors/apikey"
+	"github.com/shebasvc/sheba/interceptors/interceptortest"
+)
+
+func mustKey(t *testing.T, id, key string) apikey.Key {
+	t.Helper()
+	sum := sha256.Sum256([]byte(key))
+	k, err := apikey.ParseKey(id, hex.EncodeToString(sum[:]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// methodContext is an incoming call context for method with metadata md.
+func methodContext(method string, md ...string) context.Context {
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs(md...))
+	return grpc.NewContextWithServerTransportStream(ctx, &fakeStream{method: method})
+}
+
+type fakeStream struct {
+	grpc.ServerTransportStream
+	method string
+}
+
+func (s *fakeStream) Method() string { return s.method }
+
+func TestAuthenticate(t *testing.T) {
+	const private, public = "/sheba.v1.AccountService/GetAccount", "/sheba.v1.PingService/Ping"
+	var rejected int
+	a := apikey.New(
+		[]apikey.Key{mustKey(t, "billing", "key-one"), mustKey(t, "reports", "key-two")},
+		[]string{public},
+		apikey.WithOnReject(func(context.Context) { rejected++ }),
+	)
+	for _, test := range []struct {
+		name    string
+		ctx     context.Context
+		wantID  string
+		wantErr bool
+	}{
+		{"x-api-key", methodContext(private, "x-api-key", "key-one"), "billing", false},
+		{"second key", methodContext(private, "x-api-key", "key-two"), "reports", false},
+		{"bearer", methodContext(private, "authorization", "Bearer key-two"), "reports", false},
+		{"bearer lower case", methodContext(private, "authorization", "bearer key-one"), "billing", false},
+		{"missing", methodContext(private), "", true},
+		{"wrong key", methodContext(private, "x-api-key", "key-three"), "", true},
+		{"hash instead of key", methodContext(private, "x-api-key", hex.EncodeToString(func() []byte { s := sha256.Sum256([]byte("key-one")); return s[:] }())), "", true},
+		{"basic scheme", methodContext(private, "authorization", "Basic a2V5LW9uZQ=="), "", true},
+		{"bearer without key", methodContext(private, "authorization", "Bearer "), "", true},
+		{"public without key", methodContext(public), "", false},
+		{"public with wrong key", methodContext(public, "x-api-key", "nope"), "", false},
+		{"public with key", methodContext(public, "x-api-key", "key-one"), "billing", false},
+	} {
+		t.Run(test.name, func(t *testing.T) {
+			before := rejected
+			ctx, err := a.Authenticate(test.ctx)
+			if test.wantErr {
+				if status.Code(err) != codes.Unauthenticated {
+					t.Fatalf("got %v, want Unauthenticated", err)
+				}
+				if rejected != before+1 {
+					t.Errorf("onReject called %d times, want 1", rejected-before)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("got %v, want success", err)
+			}
+			if got := apikey.IDFromContext(ctx); got != test.wantID {
+				t.Errorf("caller id: got %q, want %q", got, test.wantID)
+			}
+		})
+	}
+}
+
+func TestParseKey(t *testing.T) {
+	for _, bad := range []string{"", "abc", "zz" + hex.EncodeToString(make([]byte, 31))} {
+		if _, err := apikey.ParseKey("x", bad); err == nil {
+			t.Errorf("ParseKey(%q): got nil error", bad)
+		}
+	}
+}
+
+// TestServer runs the authenticator in a real server through
+// go-grpc-middleware's auth interceptor.
+func TestServer(t *testing.T) {
+	a := apikey.New([]apikey.Key{mustKey(t, "billing", "key-one")}, nil)
+	var seen string
+	client := interceptortest.Serve(t, auth.UnaryServerInterceptor(a.Authenticate), func(ctx context.Context) (*shebav1.PingResponse, error) {
+		seen = apikey.IDFromContext(ctx)
+		return &shebav1.PingResponse{Message: "pong"}, nil
+	})
+	_, err := client.Ping(t.Context(), &shebav1.PingRequest{})
+	if status.Code(err) != codes.Unauthenticated {
+		t.Errorf("without key: got %v, want Unauthenticated", err)
+	}
+	ctx := metadata.AppendToOutgoingContext(t.Context(), "authorization", "Bearer key-one")
+	if _, err := client.Ping(ctx, &shebav1.PingRequest{}); err != nil {
+		t.Fatalf("with key: %v", err)
+	}
+	if seen != "billing" {
+		t.Errorf("handler saw caller %q, want billing", seen)
+	}
+}
+
+func BenchmarkAuthenticate(b *testing.B) {
+	keys := make([]apikey.Key, 10)
+	for i := range keys {
+		sum := sha256.Sum256([]byte{byte(i)})
+		keys[i], _ = apikey.ParseKey("k", hex.EncodeToString(sum[:]))
+	}
+	keys[9] = func() apikey.Key {
+		sum := sha256.Sum256([]byte("the-key"))
+		k, _ := apikey.ParseKey("caller", hex.EncodeToString(sum[:]))
+		return k
+	}()
+	a := apikey.New(keys, nil)
+	ctx := methodContext("/sheba.v1.AccountService/GetAccount", "x-api-key", "the-key")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := a.Authenticate(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,17 @@
+// Package apikey authenticates callers by API key.
+//
+// A key arrives in the x-api-key metadata (an HTTP header on REST) or as
+// "authorization: Bearer <key>". Only the SHA-256 of each key is configured;
+// the presented key is hashed and compared in constant time against every
+// configured hash. The matching key's id becomes the caller identity, read
+// with IDFromContext, for metrics, logs and traces; the key itself is never
+// kept.
+//
+// Authenticator.Authenticate has the shape of go-grpc-middleware's
+// auth.AuthFunc: wire it with auth.UnaryServerInterceptor. It must sit before
+// anything that uses the caller identity (per-key rate limits, metrics
+// labels). Methods listed as public skip the key check: they answer without
+// a key, and a valid key still identifies its caller.
+//
+// Codes: Unauthenticated for a missing, malformed or unknown key.
+package apikey

@@ -1,0 +1,53 @@
+// Package interceptortest runs an interceptor in a real grpc.Server on
+// 127.0.0.1, for the end-to-end test of each interceptor package.
+package interceptortest
+
+import (
+	"context"
+	"net"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
+)
+
+// PingFunc is the handler of the test server's Ping.
+type PingFunc func(ctx context.Context) (*shebav1.PingResponse, error)
+
+type pingServer struct {
+	shebav1.UnimplementedPingServiceServer
+	f PingFunc
+}
+
+func (s pingServer) Ping(ctx context.Context, _ *shebav1.PingRequest) (*shebav1.PingResponse, error) {
+	return s.f(ctx)
+}
+
+// Serve starts a grpc.Server with interceptor whose PingService runs ping,
+// and returns a client of it. Both are closed when the test ends.
+func Serve(tb testing.TB, interceptor grpc.UnaryServerInterceptor, ping PingFunc) shebav1.PingServiceClient {
+	tb.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatalf("listen: %v", err)
+	}
+	srv := grpc.NewServer(grpc.UnaryInterceptor(interceptor))
+	shebav1.RegisterPingServiceServer(srv, pingServer{f: ping})
+	go func() { _ = srv.Serve(lis) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		tb.Fatalf("client: %v", err)
+	}
+	tb.Cleanup(func() {
+		conn.Close()
+		srv.Stop()
+	})
+	return shebav1.NewPingServiceClient(conn)
+}
+
+// Pong is a PingFunc that answers "pong".
+func Pong(context.Context) (*shebav1.PingResponse, error) {
+	return &shebav1.PingResponse{Message: "pong"}, nil
+}

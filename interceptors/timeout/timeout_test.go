@@ -1,0 +1,85 @@
+package timeout_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
+	"github.com/shebasvc/sheba/interceptors/interceptortest"
+	"github.com/shebasvc/sheba/interceptors/timeout"
+)
+
+var info = &grpc.UnaryServerInfo{FullMethod: "/x/Y"}
+
+func TestDeadline(t *testing.T) {
+	i := timeout.UnaryServerInterceptor(time.Minute)
+	for _, test := range []struct {
+		name   string
+		client time.Duration // 0: no client deadline
+		want   time.Duration
+	}{
+		{"no client deadline", 0, time.Minute},
+		{"shorter client deadline stays", 5 * time.Second, 5 * time.Second},
+		{"longer client deadline is cut", time.Hour, time.Minute},
+	} {
+		t.Run(test.name, func(t *testing.T) {
+			ctx := t.Context()
+			if test.client > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, test.client)
+				defer cancel()
+			}
+			var got time.Duration
+			_, _ = i(ctx, nil, info, func(ctx context.Context, _ any) (any, error) {
+				d, ok := ctx.Deadline()
+				if !ok {
+					t.Fatal("handler has no deadline")
+				}
+				got = time.Until(d)
+				return nil, nil
+			})
+			if got > test.want || got < test.want-time.Second {
+				t.Errorf("handler deadline in %v, want about %v", got, test.want)
+			}
+		})
+	}
+}
+
+func TestExpiryIsDeadlineExceeded(t *testing.T) {
+	i := timeout.UnaryServerInterceptor(20 * time.Millisecond)
+	_, err := i(t.Context(), nil, info, func(ctx context.Context, _ any) (any, error) {
+		<-ctx.Done()
+		// Whatever the handler makes of it, the caller sees the deadline.
+		return nil, errors.New("query canceled")
+	})
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Errorf("got %v, want DeadlineExceeded", err)
+	}
+	_, err = i(t.Context(), nil, info, func(context.Context, any) (any, error) {
+		return nil, status.Error(codes.NotFound, "nope")
+	})
+	if status.Code(err) != codes.NotFound {
+		t.Errorf("handler error within the deadline: got %v, want NotFound", err)
+	}
+}
+
+func TestServer(t *testing.T) {
+	client := interceptortest.Serve(t, timeout.UnaryServerInterceptor(50*time.Millisecond), func(ctx context.Context) (*shebav1.PingResponse, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	start := time.Now()
+	_, err := client.Ping(t.Context(), &shebav1.PingRequest{})
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("got %v, want DeadlineExceeded", err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("answered after %v: the server deadline did not apply", took)
+	}
+}

@@ -102,7 +102,8 @@ func TestSampleFiles(t *testing.T) {
 		{
 			path: "dev.yaml",
 			want: func(c *Config) {
-				c.Auth.Keys = []APIKey{}
+				// The documented dev key: sha256("sheba-dev-key-not-a-secret").
+				c.Auth.Keys = []APIKey{{ID: "dev", SHA256: "e4ccd6ac185343fd6cf8ef200416646ae7487fcf6c898a6b032991dafa06e8df"}}
 				c.Log.Format = "text"
 			},
 		},

@@ -116,10 +116,7 @@ func TestCreateAccountErrors(t *testing.T) {
 		})
 	}
 	// Nothing was created by the failed calls.
-	var n int
-	if err := e.pool.QueryRow(t.Context(), `SELECT count(*) FROM accounts`).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
+	n := e.count(t, `SELECT count(*) FROM accounts`)
 	if n != 1 {
 		t.Errorf("got %d accounts after failed creates, want 1", n)
 	}
@@ -142,10 +139,7 @@ func TestRESTBadBodies(t *testing.T) {
 			wantRESTError(t, r, http.StatusBadRequest, codes.InvalidArgument, "")
 		})
 	}
-	var n int
-	if err := e.pool.QueryRow(t.Context(), `SELECT count(*) FROM accounts`).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
+	n := e.count(t, `SELECT count(*) FROM accounts`)
 	if n != 0 {
 		t.Errorf("got %d accounts after bad bodies, want 0", n)
 	}

@@ -2,28 +2,103 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"runtime/debug"
 
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/shebasvc/sheba/config"
+	"github.com/shebasvc/sheba/interceptors/apikey"
+	"github.com/shebasvc/sheba/interceptors/concurrency"
+	"github.com/shebasvc/sheba/interceptors/ratelimit"
+	"github.com/shebasvc/sheba/interceptors/timeout"
 )
 
+// chainDeps are what the chain needs besides the config.
+type chainDeps struct {
+	log      *slog.Logger
+	inflight *concurrency.Limiter
+	// hook, if set, runs innermost, around the handler (tests only).
+	hook func(ctx context.Context, method string) error
+}
+
 // unaryChain builds the one interceptor chain of every business call. The
-// grpc.Server and the gateway's in-process channel both use it, so a rule
-// holds on REST exactly as on gRPC. Order, outermost first:
+// grpc.Server and the gateway's in-process channel both use it, so every
+// rule holds on REST exactly as on gRPC. Order, outermost first:
 //
-//   - recovery: a panicking handler answers Internal "internal error" and is
-//     logged with its stack; the server keeps serving.
-func unaryChain(log *slog.Logger) grpc.UnaryServerInterceptor {
-	return chainUnary(
-		recovery.UnaryServerInterceptor(recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
-			log.ErrorContext(ctx, "panic in handler", "panic", p, "stack", string(debug.Stack()))
+//   - recovery: a panic anywhere inside becomes Internal "internal error",
+//     logged with its stack, and the server keeps serving.
+//   - auth: cheap, and gives the caller id to everything after it.
+//   - global rate, then per-key rate: a call over its rate never takes an
+//     in-flight slot.
+//   - concurrency: sheds at once what exceeds limits.max_inflight.
+//   - timeout: innermost, so only the handler's time counts against it.
+func unaryChain(cfg config.Config, d chainDeps) (grpc.UnaryServerInterceptor, error) {
+	links, err := chainLinks(cfg, d)
+	if err != nil {
+		return nil, err
+	}
+	interceptors := make([]grpc.UnaryServerInterceptor, len(links))
+	for i, l := range links {
+		interceptors[i] = l.interceptor
+	}
+	return chainUnary(interceptors...), nil
+}
+
+// link is one named interceptor of the chain.
+type link struct {
+	name        string
+	interceptor grpc.UnaryServerInterceptor
+}
+
+// chainLinks returns the interceptors of unaryChain in order; rate limits
+// that are off (rate 0) are left out.
+func chainLinks(cfg config.Config, d chainDeps) ([]link, error) {
+	keys := make([]apikey.Key, len(cfg.Auth.Keys))
+	ids := make([]string, len(cfg.Auth.Keys))
+	for i, k := range cfg.Auth.Keys {
+		key, err := apikey.ParseKey(k.ID, k.SHA256)
+		if err != nil {
+			return nil, fmt.Errorf("auth.keys[%d]: %w", i, err)
+		}
+		keys[i], ids[i] = key, k.ID
+	}
+	authn := apikey.New(keys, cfg.Auth.Public)
+
+	links := []link{
+		{"recovery", recovery.UnaryServerInterceptor(recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
+			d.log.ErrorContext(ctx, "panic in handler", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 			return status.Error(codes.Internal, "internal error")
-		})),
+		}))},
+		{"auth", auth.UnaryServerInterceptor(authn.Authenticate)},
+	}
+	if l := cfg.Limits; l.Rate > 0 {
+		links = append(links, link{"rate", ratelimit.UnaryServerInterceptor(ratelimit.NewBucket(l.Rate, l.Burst))})
+	}
+	if l := cfg.Limits; l.PerKeyRate > 0 {
+		links = append(links, link{"key_rate", ratelimit.UnaryServerInterceptor(
+			ratelimit.NewPerKey(l.PerKeyRate, l.PerKeyBurst, ids, apikey.IDFromContext),
+			ratelimit.WithMessage("rate limit of this API key exceeded"),
+		)})
+	}
+	links = append(links,
+		link{"inflight", concurrency.UnaryServerInterceptor(d.inflight)},
+		link{"timeout", timeout.UnaryServerInterceptor(cfg.Limits.Timeout)},
 	)
+	if d.hook != nil {
+		links = append(links, link{"test_hook", func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+			if err := d.hook(ctx, info.FullMethod); err != nil {
+				return nil, err
+			}
+			return handler(ctx, req)
+		}})
+	}
+	return links, nil
 }
 
 // chainUnary composes interceptors into one, the first outermost. It exists

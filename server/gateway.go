@@ -39,6 +39,7 @@ func newGateway(ctx context.Context, conn grpc.ClientConnInterface) (*runtime.Se
 			},
 		}),
 		runtime.WithIncomingHeaderMatcher(incomingHeader),
+		runtime.WithOutgoingHeaderMatcher(outgoingHeader),
 		runtime.WithErrorHandler(errorHandler),
 		runtime.WithRoutingErrorHandler(routes.routingError),
 		// A form-encoded POST is not a GET in disguise: it is answered 415.
@@ -70,6 +71,18 @@ func incomingHeader(key string) (string, bool) {
 		return k, true
 	}
 	return runtime.DefaultHeaderMatcher(key)
+}
+
+// outgoingHeader turns the response metadata that HTTP clients know by name
+// into plain headers; the rest keeps the gateway's Grpc-Metadata- prefix.
+func outgoingHeader(key string) (string, bool) {
+	switch key {
+	case "retry-after":
+		return "Retry-After", true
+	case "x-request-id":
+		return "X-Request-Id", true
+	}
+	return runtime.MetadataHeaderPrefix + key, true
 }
 
 // errorHandler writes a google.rpc.Status body with the status of contract

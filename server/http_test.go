@@ -85,10 +85,7 @@ func TestBodyLimit(t *testing.T) {
 	_, err = e.account.CreateAccount(t.Context(), &shebav1.CreateAccountRequest{Username: "judy", Password: strings.Repeat("p", 2000)})
 	wantGRPCError(t, err, codes.ResourceExhausted, "")
 
-	var n int
-	if err := e.pool.QueryRow(t.Context(), `SELECT count(*) FROM accounts`).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
+	n := e.count(t, `SELECT count(*) FROM accounts`)
 	if n != 0 {
 		t.Errorf("got %d accounts after oversized bodies, want 0", n)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/shebasvc/sheba/config"
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
+	"github.com/shebasvc/sheba/interceptors/concurrency"
 	"github.com/shebasvc/sheba/store"
 )
 
@@ -34,6 +35,7 @@ type Server struct {
 
 type options struct {
 	healthInterval time.Duration
+	hook           func(ctx context.Context, method string) error
 }
 
 // Option configures a Server.
@@ -77,7 +79,14 @@ func New(ctx context.Context, cfg config.Config, st *store.Store, log *slog.Logg
 		stopWatch: make(chan struct{}),
 	}
 
-	chain := unaryChain(log)
+	chain, err := unaryChain(cfg, chainDeps{
+		log:      log,
+		inflight: concurrency.NewLimiter(cfg.Limits.MaxInflight),
+		hook:     o.hook,
+	})
+	if err != nil {
+		return nil, err
+	}
 	s.grpc = grpc.NewServer(
 		grpc.UnaryInterceptor(chain),
 		grpc.MaxRecvMsgSize(int(cfg.HTTP.MaxBodyBytes)),

@@ -2,6 +2,8 @@ package server_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -19,6 +21,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -29,12 +32,36 @@ import (
 	"github.com/shebasvc/sheba/store/storetest"
 )
 
+// The API key every test client sends unless told otherwise.
+const (
+	testKey   = "test-key-0123456789abcdefghijklmnopqrstuv"
+	testKeyID = "test"
+)
+
+func keyEntry(id, key string) config.APIKey {
+	sum := sha256.Sum256([]byte(key))
+	return config.APIKey{ID: id, SHA256: hex.EncodeToString(sum[:])}
+}
+
+// withKey sends key as x-api-key on every call that brings no credentials of
+// its own.
+func withKey(key string) grpc.DialOption {
+	return grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		md, _ := metadata.FromOutgoingContext(ctx)
+		if len(md.Get("x-api-key")) == 0 && len(md.Get("authorization")) == 0 {
+			ctx = metadata.AppendToOutgoingContext(ctx, "x-api-key", key)
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	})
+}
+
 // testEnv is a sheba server on real listeners over its own database, and
 // clients for both transports.
 type testEnv struct {
 	baseURL string
 	pool    *pgxpool.Pool
-	conn    *grpc.ClientConn
+	conn    *grpc.ClientConn // sends testKey
+	anon    *grpc.ClientConn // sends no key
 	ping    shebav1.PingServiceClient
 	account shebav1.AccountServiceClient
 	sub     shebav1.SubscriptionServiceClient
@@ -43,6 +70,12 @@ type testEnv struct {
 }
 
 func newTestEnv(t *testing.T, mutate ...func(*config.Config)) *testEnv {
+	t.Helper()
+	return newTestEnvWith(t, nil, mutate...)
+}
+
+// newTestEnvWith is newTestEnv with server options.
+func newTestEnvWith(t *testing.T, opts []server.Option, mutate ...func(*config.Config)) *testEnv {
 	t.Helper()
 	url := storetest.NewDatabase(t)
 	pool, err := pgxpool.New(context.Background(), url)
@@ -54,13 +87,14 @@ func newTestEnv(t *testing.T, mutate ...func(*config.Config)) *testEnv {
 	cfg := config.Default()
 	cfg.Database.URL = url
 	cfg.Shutdown.Timeout = 10 * time.Second
+	cfg.Auth.Keys = []config.APIKey{keyEntry(testKeyID, testKey)}
 	for _, m := range mutate {
 		m(&cfg)
 	}
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx, cancel := context.WithCancel(context.Background())
-	srv, err := server.New(ctx, cfg, store.New(pool), log, server.WithHealthInterval(100*time.Millisecond))
+	srv, err := server.New(ctx, cfg, store.New(pool), log, append([]server.Option{server.WithHealthInterval(100 * time.Millisecond)}, opts...)...)
 	if err != nil {
 		t.Fatalf("server.New: %v", err)
 	}
@@ -69,12 +103,17 @@ func newTestEnv(t *testing.T, mutate ...func(*config.Config)) *testEnv {
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, grpcLis, httpLis) }()
 
-	conn, err := grpc.NewClient(grpcLis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(grpcLis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()), withKey(testKey))
+	if err != nil {
+		t.Fatalf("grpc client: %v", err)
+	}
+	anon, err := grpc.NewClient(grpcLis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatalf("grpc client: %v", err)
 	}
 	t.Cleanup(func() {
 		conn.Close()
+		anon.Close()
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("Serve: %v", err)
@@ -84,6 +123,7 @@ func newTestEnv(t *testing.T, mutate ...func(*config.Config)) *testEnv {
 		baseURL: "http://" + httpLis.Addr().String(),
 		pool:    pool,
 		conn:    conn,
+		anon:    anon,
 		ping:    shebav1.NewPingServiceClient(conn),
 		account: shebav1.NewAccountServiceClient(conn),
 		sub:     shebav1.NewSubscriptionServiceClient(conn),
@@ -101,6 +141,16 @@ func listen(t *testing.T) net.Listener {
 	return lis
 }
 
+// count runs a SELECT count(*) query against the server's database.
+func (e *testEnv) count(t *testing.T, query string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := e.pool.QueryRow(t.Context(), query, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return n
+}
+
 // restResponse is what a REST client sees.
 type restResponse struct {
 	code   int
@@ -108,7 +158,9 @@ type restResponse struct {
 	body   []byte
 }
 
-// do sends a REST request with a JSON body (none if body is "").
+// do sends a REST request with a JSON body (none if body is "") and testKey
+// in x-api-key. header holds name, value pairs that are set on top; an empty
+// value removes the header.
 func (e *testEnv) do(t *testing.T, method, path, body string, header ...string) restResponse {
 	t.Helper()
 	var r io.Reader
@@ -122,7 +174,12 @@ func (e *testEnv) do(t *testing.T, method, path, body string, header ...string) 
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	req.Header.Set("X-Api-Key", testKey)
 	for i := 0; i+1 < len(header); i += 2 {
+		if header[i+1] == "" {
+			req.Header.Del(header[i])
+			continue
+		}
 		req.Header.Set(header[i], header[i+1])
 	}
 	resp, err := http.DefaultClient.Do(req)

@@ -165,10 +165,7 @@ func TestOneActiveSubscriptionUnderConcurrency(t *testing.T) {
 	if diff := cmp.Diff(map[codes.Code]int{codes.OK: 1, codes.AlreadyExists: n - 1}, count); diff != "" {
 		t.Errorf("outcomes of %d concurrent creates (-want +got):\n%s", n, diff)
 	}
-	var active int
-	if err := e.pool.QueryRow(t.Context(), `SELECT count(*) FROM subscriptions WHERE account_id = $1 AND status = 'active'`, id).Scan(&active); err != nil {
-		t.Fatal(err)
-	}
+	active := e.count(t, `SELECT count(*) FROM subscriptions WHERE account_id = $1 AND status = 'active'`, id)
 	if active != 1 {
 		t.Errorf("got %d active subscriptions in the database, want 1", active)
 	}

@@ -1,0 +1,102 @@
+package requestlog_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
+	"github.com/shebasvc/sheba/interceptors/callinfo"
+	"github.com/shebasvc/sheba/interceptors/interceptortest"
+	"github.com/shebasvc/sheba/interceptors/requestlog"
+)
+
+func logLines(t *testing.T, buf *bytes.Buffer) []map[string]any {
+	t.Helper()
+	var lines []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("not JSON: %q", l)
+		}
+		lines = append(lines, m)
+	}
+	return lines
+}
+
+func TestDirect(t *testing.T) {
+	var buf bytes.Buffer
+	i := requestlog.UnaryServerInterceptor(slog.New(slog.NewJSONHandler(&buf, nil)))
+	info := &grpc.UnaryServerInfo{FullMethod: "/pkg.Svc/Do"}
+	for _, test := range []struct {
+		name, sent string
+		keep       bool
+		err        error
+		level      string
+	}{
+		{"id kept", "abc-123", true, nil, "INFO"},
+		{"no id", "", false, status.Error(codes.NotFound, "nope"), "INFO"},
+		{"id with space", "a b", false, nil, "INFO"},
+		{"id too long", strings.Repeat("x", 129), false, status.Error(codes.Internal, "internal error"), "WARN"},
+	} {
+		t.Run(test.name, func(t *testing.T) {
+			buf.Reset()
+			ctx := t.Context()
+			if test.sent != "" {
+				ctx = metadata.NewIncomingContext(ctx, metadata.Pairs("x-request-id", test.sent))
+			}
+			var seen string
+			_, err := i(ctx, nil, info, func(ctx context.Context, _ any) (any, error) {
+				ci := callinfo.FromContext(ctx)
+				seen = ci.RequestID
+				ci.CallerID = "billing" // as the identify step does
+				return nil, test.err
+			})
+			if err != test.err {
+				t.Errorf("error: got %v, want the handler's %v", err, test.err)
+			}
+			if test.keep && seen != test.sent {
+				t.Errorf("request id: got %q, want %q", seen, test.sent)
+			}
+			if !test.keep && (seen == "" || seen == test.sent) {
+				t.Errorf("request id: got %q, want a new one", seen)
+			}
+			lines := logLines(t, &buf)
+			if len(lines) != 1 {
+				t.Fatalf("got %d log lines, want 1", len(lines))
+			}
+			l := lines[0]
+			for k, want := range map[string]any{"request_id": seen, "method": "/pkg.Svc/Do", "code": status.Code(test.err).String(), "api_key_id": "billing", "level": test.level, "transport": "grpc"} {
+				if l[k] != want {
+					t.Errorf("%s: got %v, want %v", k, l[k], want)
+				}
+			}
+		})
+	}
+}
+
+// TestServer checks that the id goes back to the client as metadata.
+func TestServer(t *testing.T) {
+	var buf bytes.Buffer
+	client := interceptortest.Serve(t, requestlog.UnaryServerInterceptor(slog.New(slog.NewJSONHandler(&buf, nil))), interceptortest.Pong)
+	var header metadata.MD
+	ctx := metadata.AppendToOutgoingContext(t.Context(), "x-request-id", "from-client")
+	if _, err := client.Ping(ctx, &shebav1.PingRequest{}, grpc.Header(&header)); err != nil {
+		t.Fatal(err)
+	}
+	if got := header.Get("x-request-id"); len(got) != 1 || got[0] != "from-client" {
+		t.Errorf("x-request-id: got %q, want from-client", got)
+	}
+	if l := logLines(t, &buf); len(l) != 1 || l[0]["peer"] != "" {
+		// Without WithTransport the peer is unknown.
+		t.Errorf("log lines: %v", l)
+	}
+}

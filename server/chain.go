@@ -6,16 +6,24 @@ import (
 	"log/slog"
 	"runtime/debug"
 
+	"github.com/fullstorydev/grpchan/inprocgrpc"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/shebasvc/sheba/config"
 	"github.com/shebasvc/sheba/interceptors/apikey"
+	"github.com/shebasvc/sheba/interceptors/callinfo"
 	"github.com/shebasvc/sheba/interceptors/concurrency"
+	"github.com/shebasvc/sheba/interceptors/metrics"
 	"github.com/shebasvc/sheba/interceptors/ratelimit"
+	"github.com/shebasvc/sheba/interceptors/requestlog"
 	"github.com/shebasvc/sheba/interceptors/timeout"
 )
 
@@ -23,17 +31,26 @@ import (
 type chainDeps struct {
 	log      *slog.Logger
 	inflight *concurrency.Limiter
+	metrics  *metrics.Metrics
 	// hook, if set, runs innermost, around the handler (tests only).
 	hook func(ctx context.Context, method string) error
 }
 
 // unaryChain builds the one interceptor chain of every business call. The
 // grpc.Server and the gateway's in-process channel both use it, so every
-// rule holds on REST exactly as on gRPC. Order, outermost first:
+// rule holds on REST exactly as on gRPC. Tracing is not in it: the otelgrpc
+// stats handler (gRPC) and otelhttp (REST) wrap the whole chain. Order,
+// outermost first:
 //
+//   - trace link: on REST, puts the HTTP server span into the call's
+//     context (the in-process channel passes no context values), so the log,
+//     the exemplars and the SQL spans belong to it.
+//   - request id + log: outermost, so the one log line sees the final code.
+//   - metrics: sees every outcome, rejections and recovered panics included.
 //   - recovery: a panic anywhere inside becomes Internal "internal error",
-//     logged with its stack, and the server keeps serving.
-//   - auth: cheap, and gives the caller id to everything after it.
+//     logged with its stack, and is still logged and counted.
+//   - auth: cheap, and gives the caller id to everything after it; then
+//     identify copies it where the log, the metrics and the span see it.
 //   - global rate, then per-key rate: a call over its rate never takes an
 //     in-flight slot.
 //   - concurrency: sheds at once what exceeds limits.max_inflight.
@@ -68,26 +85,36 @@ func chainLinks(cfg config.Config, d chainDeps) ([]link, error) {
 		}
 		keys[i], ids[i] = key, k.ID
 	}
-	authn := apikey.New(keys, cfg.Auth.Public)
+	m := d.metrics
+	authn := apikey.New(keys, cfg.Auth.Public, apikey.WithOnReject(m.Rejected(metrics.ReasonUnauthenticated)))
 
 	links := []link{
+		{"trace_link", traceLink},
+		{"request_log", requestlog.UnaryServerInterceptor(d.log, requestlog.WithTransport(transportOf))},
+		{"grpc_metrics", m.GRPCUnaryServerInterceptor()},
+		{"request_metrics", m.UnaryServerInterceptor()},
 		{"recovery", recovery.UnaryServerInterceptor(recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
 			d.log.ErrorContext(ctx, "panic in handler", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 			return status.Error(codes.Internal, "internal error")
 		}))},
 		{"auth", auth.UnaryServerInterceptor(authn.Authenticate)},
+		{"identify", identify},
 	}
 	if l := cfg.Limits; l.Rate > 0 {
-		links = append(links, link{"rate", ratelimit.UnaryServerInterceptor(ratelimit.NewBucket(l.Rate, l.Burst))})
+		links = append(links, link{"rate", ratelimit.UnaryServerInterceptor(
+			ratelimit.NewBucket(l.Rate, l.Burst),
+			ratelimit.WithOnReject(m.Rejected(metrics.ReasonRate)),
+		)})
 	}
 	if l := cfg.Limits; l.PerKeyRate > 0 {
 		links = append(links, link{"key_rate", ratelimit.UnaryServerInterceptor(
 			ratelimit.NewPerKey(l.PerKeyRate, l.PerKeyBurst, ids, apikey.IDFromContext),
 			ratelimit.WithMessage("rate limit of this API key exceeded"),
+			ratelimit.WithOnReject(m.Rejected(metrics.ReasonKeyRate)),
 		)})
 	}
 	links = append(links,
-		link{"inflight", concurrency.UnaryServerInterceptor(d.inflight)},
+		link{"inflight", concurrency.UnaryServerInterceptor(d.inflight, concurrency.WithOnReject(m.Rejected(metrics.ReasonInflight)))},
 		link{"timeout", timeout.UnaryServerInterceptor(cfg.Limits.Timeout)},
 	)
 	if d.hook != nil {
@@ -99,6 +126,48 @@ func chainLinks(cfg config.Config, d chainDeps) ([]link, error) {
 		}})
 	}
 	return links, nil
+}
+
+// traceLink gives a REST call the span of its HTTP request. inprocgrpc hands
+// the server a context without the client's values, but keeps the client's
+// context, where otelhttp put the span.
+func traceLink(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if client := inprocgrpc.ClientContext(ctx); client != nil {
+		if span := trace.SpanFromContext(client); span.SpanContext().IsValid() {
+			ctx = trace.ContextWithSpan(ctx, span)
+		}
+	}
+	return handler(ctx, req)
+}
+
+// transportOf tells a REST call (over the in-process channel) from a gRPC
+// one, and names the peer: the HTTP client's address, which the gateway
+// passes as x-forwarded-for, or the gRPC connection's.
+func transportOf(ctx context.Context) (transport, peerAddr string) {
+	if inprocgrpc.ClientContext(ctx) != nil {
+		if v := metadata.ValueFromIncomingContext(ctx, "x-forwarded-for"); len(v) > 0 {
+			peerAddr = v[0]
+		}
+		return "rest", peerAddr
+	}
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		peerAddr = p.Addr.String()
+	}
+	return "grpc", peerAddr
+}
+
+// identify records the authenticated caller for the request log, the
+// metrics and the trace.
+func identify(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if id := apikey.IDFromContext(ctx); id != "" {
+		if ci := callinfo.FromContext(ctx); ci != nil {
+			ci.CallerID = id
+		}
+		if span := trace.SpanFromContext(ctx); span.IsRecording() {
+			span.SetAttributes(attribute.String("sheba.api_key_id", id))
+		}
+	}
+	return handler(ctx, req)
 }
 
 // chainUnary composes interceptors into one, the first outermost. It exists

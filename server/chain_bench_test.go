@@ -10,11 +10,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/shebasvc/sheba/config"
 	"github.com/shebasvc/sheba/interceptors/concurrency"
+	"github.com/shebasvc/sheba/interceptors/metrics"
 )
 
 // benchStream is the server transport stream the chain sees in a real call
@@ -47,10 +53,7 @@ func BenchmarkChain(b *testing.B) {
 	cfg := base
 	cfg.Limits.Rate, cfg.Limits.Burst = 1e9, 1e9
 	cfg.Limits.PerKeyRate, cfg.Limits.PerKeyBurst = 1e9, 1e9
-	links, err := chainLinks(cfg, chainDeps{
-		log:      slog.New(slog.NewTextHandler(io.Discard, nil)),
-		inflight: concurrency.NewLimiter(cfg.Limits.MaxInflight),
-	})
+	links, err := chainLinks(cfg, benchDeps(b, cfg))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -77,6 +80,61 @@ func BenchmarkChain(b *testing.B) {
 				if _, err := handler(ctx, nil, info, noop); err != nil {
 					b.Fatal(err)
 				}
+			}
+		})
+	}
+}
+
+func benchDeps(b *testing.B, cfg config.Config) chainDeps {
+	m, err := metrics.New(prometheus.NewRegistry(), []string{"/sheba.v1.AccountService/GetAccount"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return chainDeps{
+		log:      slog.New(slog.NewJSONHandler(io.Discard, nil)),
+		inflight: concurrency.NewLimiter(cfg.Limits.MaxInflight),
+		metrics:  m,
+	}
+}
+
+// BenchmarkChainTracing runs the full chain inside a server span, as the
+// otelgrpc stats handler makes one: tracing off, on with the sampler
+// dropping every span, and on sampling every span to an exporter that drops
+// them.
+func BenchmarkChainTracing(b *testing.B) {
+	const key = "bench-key-0123456789abcdefghijklmnop"
+	sum := sha256.Sum256([]byte(key))
+	cfg := config.Default()
+	cfg.Auth.Keys = []config.APIKey{{ID: "bench", SHA256: hex.EncodeToString(sum[:])}}
+	cfg.Limits.MaxInflight = 1 << 20
+	cfg.Limits.Timeout = time.Minute
+	chain, err := unaryChain(cfg, benchDeps(b, cfg))
+	if err != nil {
+		b.Fatal(err)
+	}
+	const method = "/sheba.v1.AccountService/GetAccount"
+	info := &grpc.UnaryServerInfo{FullMethod: method}
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-api-key", key))
+	ctx = grpc.NewContextWithServerTransportStream(ctx, benchStream{method: method})
+	noop := func(context.Context, any) (any, error) { return nil, nil }
+
+	for _, tc := range []struct {
+		name string
+		tp   trace.TracerProvider
+	}{
+		{"off", tracenoop.NewTracerProvider()},
+		{"never-sample", sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))},
+		{"always-sample", sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithBatcher(tracetest.NewNoopExporter()))},
+	} {
+		tracer := tc.tp.Tracer("bench")
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				sctx, span := tracer.Start(ctx, method, trace.WithSpanKind(trace.SpanKindServer))
+				if _, err := chain(sctx, nil, info, noop); err != nil {
+					b.Fatal(err)
+				}
+				span.End()
 			}
 		})
 	}

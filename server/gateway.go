@@ -20,10 +20,10 @@ import (
 
 // newGateway returns the REST gateway, calling the services over conn (the
 // in-process channel, so every call passes the interceptor chain).
-func newGateway(ctx context.Context, conn grpc.ClientConnInterface) (*runtime.ServeMux, error) {
+func newGateway(ctx context.Context, conn grpc.ClientConnInterface) (*runtime.ServeMux, *routeTable, error) {
 	routes, err := newRouteTable(openapiv2.Document)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	mux := runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
@@ -57,10 +57,10 @@ func newGateway(ctx context.Context, conn grpc.ClientConnInterface) (*runtime.Se
 		},
 	} {
 		if err := register(); err != nil {
-			return nil, fmt.Errorf("register gateway handler: %w", err)
+			return nil, nil, fmt.Errorf("register gateway handler: %w", err)
 		}
 	}
-	return mux, nil
+	return mux, routes, nil
 }
 
 // incomingHeader passes the API key and request id headers to gRPC metadata
@@ -110,6 +110,7 @@ type routeTable struct {
 }
 
 type route struct {
+	template string   // as in the OpenAPI document: /v1/accounts/{accountId}
 	segments []string // "{name}" matches any one segment
 	method   string
 }
@@ -125,6 +126,7 @@ func newRouteTable(doc string) (*routeTable, error) {
 	for path, ops := range d.Paths {
 		for method := range ops {
 			t.routes = append(t.routes, route{
+				template: path,
 				segments: strings.Split(strings.Trim(path, "/"), "/"),
 				method:   strings.ToUpper(method),
 			})
@@ -144,6 +146,18 @@ func (t *routeTable) allowed(path string) []string {
 	}
 	slices.Sort(methods)
 	return methods
+}
+
+// template returns the path template of the route of method and path, or
+// "" if there is none.
+func (t *routeTable) template(method, path string) string {
+	segs := strings.Split(strings.Trim(path, "/"), "/")
+	for _, rt := range t.routes {
+		if rt.method == method && rt.matches(segs) {
+			return rt.template
+		}
+	}
+	return ""
 }
 
 func (rt route) matches(segs []string) bool {

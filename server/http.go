@@ -4,11 +4,16 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"mime"
 	"net/http"
 	"sync/atomic"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -17,7 +22,7 @@ import (
 
 // httpHandler serves the operator endpoints of contract §3, which no key,
 // limit or shedding ever touches, and everything else through the gateway.
-func (s *Server) httpHandler(gw *runtime.ServeMux) http.Handler {
+func (s *Server) httpHandler(rest http.Handler, reg *prometheus.Registry) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
@@ -27,14 +32,25 @@ func (s *Server) httpHandler(gw *runtime.ServeMux) http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, openapiv2.Document)
 	})
-	mux.Handle("/", restHandler(gw, s.cfg.HTTP.MaxBodyBytes))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		// OpenMetrics carries the exemplars (trace ids) of the histograms.
+		EnableOpenMetrics: true,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}))
+	mux.Handle("/", rest)
 	return mux
 }
 
 // restHandler guards the gateway: it answers 415 to a body it cannot decode
-// and 413 to one over maxBody bytes, before any handler runs.
-func restHandler(gw *runtime.ServeMux, maxBody int64) http.Handler {
+// and 413 to one over maxBody bytes, before any handler runs. It names the
+// route of the request on its span (http.route).
+func restHandler(gw *runtime.ServeMux, routes *routeTable, maxBody int64) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if span := trace.SpanFromContext(r.Context()); span.IsRecording() {
+			if route := routes.template(r.Method, r.URL.Path); route != "" {
+				span.SetAttributes(semconv.HTTPRoute(route))
+			}
+		}
 		if r.ContentLength != 0 && !supportedContentType(r.Header.Get("Content-Type")) {
 			writeError(gw, w, r, &runtime.HTTPStatusError{
 				HTTPStatus: http.StatusUnsupportedMediaType,

@@ -83,7 +83,7 @@ func TestConcurrencyLimitSheds(t *testing.T) {
 		t.Run(transport, func(t *testing.T) {
 			t.Parallel()
 			g := &gauge{}
-			e := newTestEnvWith(t, []server.Option{slowHook(g, 300*time.Millisecond)}, func(c *config.Config) {
+			e := newTestEnvWith(t, nil, []server.Option{slowHook(g, 300*time.Millisecond)}, func(c *config.Config) {
 				c.Limits.MaxInflight = 10
 			})
 			const n = 200
@@ -308,7 +308,7 @@ func TestAuth(t *testing.T) {
 
 func TestPanicIsInternalAndServerLives(t *testing.T) {
 	t.Parallel()
-	e := newTestEnvWith(t, []server.Option{server.WithHandlerHook(func(ctx context.Context, method string) error {
+	e := newTestEnvWith(t, nil, []server.Option{server.WithHandlerHook(func(ctx context.Context, method string) error {
 		if method == getAccount {
 			panic("handler bug")
 		}
@@ -335,7 +335,7 @@ func TestPanicIsInternalAndServerLives(t *testing.T) {
 func TestOperatorEndpointsUnderRejection(t *testing.T) {
 	t.Parallel()
 	g := &gauge{}
-	e := newTestEnvWith(t, []server.Option{slowHook(g, 2*time.Second)}, func(c *config.Config) {
+	e := newTestEnvWith(t, nil, []server.Option{slowHook(g, 2*time.Second)}, func(c *config.Config) {
 		c.Limits.MaxInflight = 2
 	})
 	waitReady(t, e)
@@ -349,10 +349,17 @@ func TestOperatorEndpointsUnderRejection(t *testing.T) {
 	if o := e.getAccountGRPC(t.Context()); o.httpCode != 429 {
 		t.Errorf("business call with all slots taken: got %d, want 429", o.httpCode)
 	}
-	for path, want := range map[string]int{"/livez": 204, "/readyz": 200, "/openapi.json": 200} {
+	for path, want := range map[string]int{"/livez": 204, "/readyz": 200, "/openapi.json": 200, "/metrics": 200} {
 		if r := e.do(t, http.MethodGet, path, ""); r.code != want {
 			t.Errorf("GET %s while shedding: got %d, want %d", path, r.code, want)
 		}
+	}
+	f := e.scrape(t)
+	if got := series(f, "sheba_rejected_total", "reason")["reason=inflight"]; got != 1 {
+		t.Errorf("sheba_rejected_total{reason=inflight}: got %v, want 1", got)
+	}
+	if got := series(f, "sheba_inflight_requests")[""]; got != 2 {
+		t.Errorf("sheba_inflight_requests: got %v, want 2", got)
 	}
 	wg.Wait()
 }

@@ -10,6 +10,14 @@ import (
 	"time"
 
 	"github.com/fullstorydev/grpchan/inprocgrpc"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
@@ -17,6 +25,7 @@ import (
 	"github.com/shebasvc/sheba/config"
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/interceptors/concurrency"
+	"github.com/shebasvc/sheba/interceptors/metrics"
 	"github.com/shebasvc/sheba/store"
 )
 
@@ -36,6 +45,8 @@ type Server struct {
 type options struct {
 	healthInterval time.Duration
 	hook           func(ctx context.Context, method string) error
+	tracerProvider trace.TracerProvider
+	registry       *prometheus.Registry
 }
 
 // Option configures a Server.
@@ -47,12 +58,30 @@ func WithHealthInterval(d time.Duration) Option {
 	return func(o *options) { o.healthInterval = d }
 }
 
+// WithTracerProvider sends the spans of every call to tp (default: no
+// tracing).
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *options) { o.tracerProvider = tp }
+}
+
+// WithRegistry registers the metrics on reg, which GET /metrics serves
+// (default: a new registry).
+func WithRegistry(reg *prometheus.Registry) Option {
+	return func(o *options) { o.registry = reg }
+}
+
 // New builds a Server from cfg. It does not connect anywhere: the database
 // may be down at start, and the server then starts not ready.
 func New(ctx context.Context, cfg config.Config, st *store.Store, log *slog.Logger, opts ...Option) (*Server, error) {
 	o := options{healthInterval: 2 * time.Second}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if o.tracerProvider == nil {
+		o.tracerProvider = tracenoop.NewTracerProvider()
+	}
+	if o.registry == nil {
+		o.registry = prometheus.NewRegistry()
 	}
 	hasher, err := newPasswordHasher(defaultHashParams())
 	if err != nil {
@@ -67,9 +96,20 @@ func New(ctx context.Context, cfg config.Config, st *store.Store, log *slog.Logg
 		{&shebav1.AccountService_ServiceDesc, &accountServer{store: st, hasher: hasher, errs: errs}},
 		{&shebav1.SubscriptionService_ServiceDesc, &subscriptionServer{store: st, errs: errs}},
 	}
-	names := make([]string, len(services))
-	for i, svc := range services {
-		names[i] = svc.desc.ServiceName
+	var names, methods []string
+	for _, svc := range services {
+		names = append(names, svc.desc.ServiceName)
+		for _, m := range svc.desc.Methods {
+			methods = append(methods, "/"+svc.desc.ServiceName+"/"+m.MethodName)
+		}
+	}
+	m, err := metrics.New(o.registry, methods)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	inflight := concurrency.NewLimiter(cfg.Limits.MaxInflight)
+	if err := registerCollectors(o.registry, st, inflight); err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
 	}
 
 	s := &Server{
@@ -81,15 +121,23 @@ func New(ctx context.Context, cfg config.Config, st *store.Store, log *slog.Logg
 
 	chain, err := unaryChain(cfg, chainDeps{
 		log:      log,
-		inflight: concurrency.NewLimiter(cfg.Limits.MaxInflight),
+		inflight: inflight,
+		metrics:  m,
 		hook:     o.hook,
 	})
 	if err != nil {
 		return nil, err
 	}
+	propagator := propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 	s.grpc = grpc.NewServer(
 		grpc.UnaryInterceptor(chain),
 		grpc.MaxRecvMsgSize(int(cfg.HTTP.MaxBodyBytes)),
+		grpc.StatsHandler(otelgrpc.NewServerHandler(
+			otelgrpc.WithTracerProvider(o.tracerProvider),
+			otelgrpc.WithPropagators(propagator),
+			// Call metrics come from the Prometheus interceptors.
+			otelgrpc.WithMeterProvider(metricnoop.NewMeterProvider()),
+		)),
 	)
 	channel := (&inprocgrpc.Channel{}).WithServerUnaryInterceptor(chain)
 	for _, svc := range services {
@@ -100,19 +148,50 @@ func New(ctx context.Context, cfg config.Config, st *store.Store, log *slog.Logg
 	if cfg.GRPC.Reflection {
 		reflection.Register(s.grpc)
 	}
+	m.InitializeServer(s.grpc)
 
-	gw, err := newGateway(ctx, channel)
+	gw, routes, err := newGateway(ctx, channel)
 	if err != nil {
 		return nil, err
 	}
+	rest := otelhttp.NewHandler(restHandler(gw, routes, cfg.HTTP.MaxBodyBytes), "rest",
+		otelhttp.WithTracerProvider(o.tracerProvider),
+		otelhttp.WithPropagators(propagator),
+		otelhttp.WithMeterProvider(metricnoop.NewMeterProvider()),
+		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
+			if route := routes.template(r.Method, r.URL.Path); route != "" {
+				return r.Method + " " + route
+			}
+			return r.Method
+		}),
+	)
 	s.http = &http.Server{
-		Handler:           s.httpHandler(gw),
+		Handler:           s.httpHandler(rest, o.registry),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	return s, nil
+}
+
+// registerCollectors registers the collectors beyond the call metrics: the
+// in-flight gauge, the database pool, the Go runtime and the process.
+func registerCollectors(reg prometheus.Registerer, st *store.Store, inflight *concurrency.Limiter) error {
+	for _, c := range []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sheba_inflight_requests",
+			Help: "Business requests running now (REST and gRPC together).",
+		}, func() float64 { return float64(inflight.InFlight()) }),
+		st.PoolCollector(),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Serve serves gRPC on grpcLis and HTTP on httpLis until ctx is done, then

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
@@ -71,14 +73,19 @@ type testEnv struct {
 
 func newTestEnv(t *testing.T, mutate ...func(*config.Config)) *testEnv {
 	t.Helper()
-	return newTestEnvWith(t, nil, mutate...)
+	return newTestEnvWith(t, nil, nil, mutate...)
 }
 
-// newTestEnvWith is newTestEnv with server options.
-func newTestEnvWith(t *testing.T, opts []server.Option, mutate ...func(*config.Config)) *testEnv {
+// newTestEnvWith is newTestEnv with server options, and spans of the calls
+// and their queries going to tp (if not nil).
+func newTestEnvWith(t *testing.T, tp trace.TracerProvider, opts []server.Option, mutate ...func(*config.Config)) *testEnv {
 	t.Helper()
 	url := storetest.NewDatabase(t)
-	pool, err := pgxpool.New(context.Background(), url)
+	if tp == nil {
+		tp = tracenoop.NewTracerProvider()
+	}
+	opts = append(opts, server.WithTracerProvider(tp))
+	pool, err := store.OpenPool(context.Background(), url, 8, tp)
 	if err != nil {
 		t.Fatalf("pool: %v", err)
 	}

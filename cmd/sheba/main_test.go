@@ -132,54 +132,15 @@ func TestUsageErrors(t *testing.T) {
 // fresh database answers REST and gRPC ports, then exits 0 on SIGTERM.
 func TestServeMigrateAndSIGTERM(t *testing.T) {
 	url := storetest.NewDatabase(t)
-	httpAddr, grpcAddr := freeAddr(t), freeAddr(t)
-	cmd := exec.Command(os.Args[0], "serve", "--migrate")
-	cmd.Env = append(os.Environ(),
-		"SHEBA_TEST_AS_MAIN=1",
-		"DATABASE_URL="+url,
-		"SHEBA_HTTP_ADDR="+httpAddr,
-		"SHEBA_GRPC_ADDR="+grpcAddr,
-	)
-	var logs bytes.Buffer
-	cmd.Stderr = &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
-
-	ready := false
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		resp, err := http.Get("http://" + httpAddr + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				ready = true
-				break
-			}
-		}
-	}
-	if !ready {
-		t.Fatalf("not ready within 20s; log:\n%s", logs.String())
-	}
+	p := startSheba(t, url)
+	httpAddr := p.httpAddr
 	resp, err := http.Get("http://" + httpAddr + "/v1/ping")
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET /v1/ping: %v %v", resp, err)
 	}
 	resp.Body.Close()
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("exit after SIGTERM: %v; log:\n%s", err, logs.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("still running 30s after SIGTERM; log:\n%s", logs.String())
-	}
+	p.stop(t)
 	if _, err := net.DialTimeout("tcp", httpAddr, time.Second); err == nil {
 		t.Error("HTTP port still accepts connections after exit")
 	}
@@ -198,6 +159,62 @@ func TestServeMigrateAndSIGTERM(t *testing.T) {
 	}
 	if applied == 0 {
 		t.Errorf("migrate status lists nothing applied:\n%s", out)
+	}
+}
+
+// shebaProcess is this test binary running as "sheba serve --migrate".
+type shebaProcess struct {
+	cmd                *exec.Cmd
+	httpAddr, grpcAddr string
+	logs               *bytes.Buffer
+}
+
+// startSheba starts sheba on the database at url, with extra environment
+// variables env, and waits until it is ready.
+func startSheba(t *testing.T, url string, env ...string) *shebaProcess {
+	t.Helper()
+	p := &shebaProcess{httpAddr: freeAddr(t), grpcAddr: freeAddr(t), logs: &bytes.Buffer{}}
+	p.cmd = exec.Command(os.Args[0], "serve", "--migrate")
+	p.cmd.Env = append(os.Environ(),
+		"SHEBA_TEST_AS_MAIN=1",
+		"DATABASE_URL="+url,
+		"SHEBA_HTTP_ADDR="+p.httpAddr,
+		"SHEBA_GRPC_ADDR="+p.grpcAddr,
+	)
+	p.cmd.Env = append(p.cmd.Env, env...)
+	p.cmd.Stderr = p.logs
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.cmd.Process.Kill() })
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		resp, err := http.Get("http://" + p.httpAddr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return p
+			}
+		}
+	}
+	t.Fatalf("not ready within 20s; log:\n%s", p.logs.String())
+	return nil
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (p *shebaProcess) stop(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v; log:\n%s", err, p.logs.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("still running 30s after SIGTERM; log:\n%s", p.logs.String())
 	}
 }
 

@@ -15,8 +15,7 @@ import (
 	"runtime"
 	"strings"
 	"text/tabwriter"
-
-	"github.com/jackc/pgx/v5/pgxpool"
+	"time"
 
 	"github.com/shebasvc/sheba/config"
 	"github.com/shebasvc/sheba/gen/openapiv2"
@@ -135,19 +134,25 @@ func serve(ctx context.Context, args []string, lookup func(string) (string, bool
 		}
 		log.InfoContext(ctx, "migrations applied")
 	}
-	poolCfg, err := pgxpool.ParseConfig(cfg.Database.URL)
+	tp, flush, err := newTracerProvider(ctx, lookup)
 	if err != nil {
-		return usagef("config: database.url: %v", err)
+		return fmt.Errorf("tracing: %w", err)
 	}
-	poolCfg.MaxConns = cfg.Database.MaxConns
-	// The pool connects lazily, so the service starts while Postgres is down.
-	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	defer func() {
+		// Spans of the last requests leave before exit (contract §7).
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := flush(fctx); err != nil {
+			log.Warn("flushing traces", "error", err)
+		}
+	}()
+	pool, err := store.OpenPool(ctx, cfg.Database.URL, cfg.Database.MaxConns, tp)
 	if err != nil {
-		return fmt.Errorf("database pool: %w", err)
+		return err
 	}
 	defer pool.Close()
 
-	srv, err := server.New(ctx, cfg, store.New(pool), log)
+	srv, err := server.New(ctx, cfg, store.New(pool), log, server.WithTracerProvider(tp))
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/shebasvc/sheba/interceptors/apikey"
 	"github.com/shebasvc/sheba/interceptors/callinfo"
 	"github.com/shebasvc/sheba/interceptors/concurrency"
+	"github.com/shebasvc/sheba/interceptors/dependency"
 	"github.com/shebasvc/sheba/interceptors/metrics"
 	"github.com/shebasvc/sheba/interceptors/ratelimit"
 	"github.com/shebasvc/sheba/interceptors/requestlog"
@@ -32,6 +33,10 @@ type chainDeps struct {
 	log      *slog.Logger
 	inflight *concurrency.Limiter
 	metrics  *metrics.Metrics
+	// dbUp reports whether the database answers; needsDB lists the methods
+	// that cannot answer without it.
+	dbUp    func() bool
+	needsDB map[string]bool
 	// hook, if set, runs innermost, around the handler (tests only).
 	hook func(ctx context.Context, method string) error
 }
@@ -54,7 +59,9 @@ type chainDeps struct {
 //   - global rate, then per-key rate: a call over its rate never takes an
 //     in-flight slot.
 //   - concurrency: sheds at once what exceeds limits.max_inflight.
-//   - timeout: innermost, so only the handler's time counts against it.
+//   - timeout: so only the handler's time counts against it.
+//   - dependency: while the database is down, the calls that need it
+//     answer Unavailable at once rather than at their deadline.
 func unaryChain(cfg config.Config, d chainDeps) (grpc.UnaryServerInterceptor, error) {
 	links, err := chainLinks(cfg, d)
 	if err != nil {
@@ -116,6 +123,7 @@ func chainLinks(cfg config.Config, d chainDeps) ([]link, error) {
 	links = append(links,
 		link{"inflight", concurrency.UnaryServerInterceptor(d.inflight, concurrency.WithOnReject(m.Rejected(metrics.ReasonInflight)))},
 		link{"timeout", timeout.UnaryServerInterceptor(cfg.Limits.Timeout)},
+		link{"dependency", dependency.UnaryServerInterceptor(d.dbUp, d.needsDB, "database unavailable")},
 	)
 	if d.hook != nil {
 		links = append(links, link{"test_hook", func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {

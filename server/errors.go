@@ -3,7 +3,9 @@ package server
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
+	"net"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/grpc/codes"
@@ -38,7 +40,7 @@ func (m errorMapper) toStatus(ctx context.Context, op string, err error, msgs er
 		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, "request canceled")
-	case errors.As(err, &connectErr):
+	case errors.As(err, &connectErr) || connectionLost(err):
 		// Say what is wrong without the driver's text: the client should
 		// retry later, not report a bug.
 		m.log.WarnContext(ctx, "database unavailable", "op", op, "error", err)
@@ -47,4 +49,13 @@ func (m errorMapper) toStatus(ctx context.Context, op string, err error, msgs er
 		m.log.ErrorContext(ctx, "internal error", "op", op, "error", err)
 		return status.Error(codes.Internal, "internal error")
 	}
+}
+
+// connectionLost reports whether err says the connection to the database
+// broke (the server went away mid-query, or before the query was sent),
+// rather than that the query failed.
+func connectionLost(err error) bool {
+	var netErr *net.OpError
+	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
+		errors.As(err, &netErr) || pgconn.SafeToRetry(err)
 }

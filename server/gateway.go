@@ -16,6 +16,7 @@ import (
 
 	"github.com/shebasvc/sheba/gen/openapiv2"
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
+	"github.com/shebasvc/sheba/server/cborpb"
 )
 
 // newGateway returns the REST gateway, calling the services over conn (the
@@ -38,6 +39,9 @@ func newGateway(ctx context.Context, conn grpc.ClientConnInterface) (*runtime.Se
 				DiscardUnknown: false,
 			},
 		}),
+		// CBOR for clients that ask for it (Content-Type or Accept), with
+		// the JSON mapping's shape.
+		runtime.WithMarshalerOption(cborpb.MediaType, &cborpb.Marshaler{}),
 		runtime.WithIncomingHeaderMatcher(incomingHeader),
 		runtime.WithOutgoingHeaderMatcher(outgoingHeader),
 		runtime.WithErrorHandler(errorHandler),

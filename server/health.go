@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/health"
@@ -20,6 +21,12 @@ type healthChecker struct {
 	interval time.Duration
 	services []string
 
+	// dbUp is the last ping's answer, read on the hot path by the
+	// dependency gate; it keeps being updated during shutdown. It starts
+	// true: until the first ping answers, calls try the database (and fail
+	// as Unavailable by themselves if it is down).
+	dbUp atomic.Bool
+
 	mu           sync.Mutex
 	ready        bool
 	reason       string
@@ -34,6 +41,7 @@ func newHealthChecker(ping func(context.Context) error, interval time.Duration, 
 		services: services,
 		reason:   "starting",
 	}
+	h.dbUp.Store(true)
 	h.setGRPC(healthpb.HealthCheckResponse_NOT_SERVING)
 	return h
 }
@@ -57,6 +65,7 @@ func (h *healthChecker) check(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, h.interval)
 	defer cancel()
 	err := h.ping(ctx)
+	h.dbUp.Store(err == nil)
 
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -94,6 +103,9 @@ func (h *healthChecker) shutdown() {
 	h.ready, h.reason = false, "shutting down"
 	h.grpc.Shutdown()
 }
+
+// databaseUp reports whether the last ping of the database answered.
+func (h *healthChecker) databaseUp() bool { return h.dbUp.Load() }
 
 func (h *healthChecker) state() (ready bool, reason string) {
 	h.mu.Lock()

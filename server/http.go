@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/shebasvc/sheba/gen/openapiv2"
+	"github.com/shebasvc/sheba/server/cborpb"
+	"github.com/shebasvc/sheba/server/httpcompress"
 )
 
 // httpHandler serves the operator endpoints of contract §3, which no key,
@@ -42,9 +44,25 @@ func (s *Server) httpHandler(rest http.Handler, reg *prometheus.Registry) http.H
 }
 
 // restHandler guards the gateway: it answers 415 to a body it cannot decode
-// and 413 to one over maxBody bytes, before any handler runs. It names the
-// route of the request on its span (http.route).
-func restHandler(gw *runtime.ServeMux, routes *routeTable, maxBody int64) http.Handler {
+// and 413 to one over maxBody bytes (compressed or not), before any handler
+// runs; it decompresses request bodies and compresses answers of at least
+// minBytes for clients that accept it. It names the route of the request on
+// its span (http.route).
+func restHandler(gw *runtime.ServeMux, routes *routeTable, maxBody int64, minBytes int) (http.Handler, error) {
+	codec, err := httpcompress.NewHandler(gw,
+		httpcompress.WithMinBytes(minBytes),
+		httpcompress.WithMaxRequestBytes(maxBody),
+		httpcompress.WithErrorWriter(func(w http.ResponseWriter, r *http.Request, httpStatus int, msg string) {
+			code := codes.InvalidArgument
+			if httpStatus == http.StatusRequestEntityTooLarge {
+				code = codes.ResourceExhausted
+			}
+			writeError(gw, w, r, &runtime.HTTPStatusError{HTTPStatus: httpStatus, Err: status.Error(code, msg)})
+		}),
+	)
+	if err != nil {
+		return nil, err
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if span := trace.SpanFromContext(r.Context()); span.IsRecording() {
 			if route := routes.template(r.Method, r.URL.Path); route != "" {
@@ -54,7 +72,7 @@ func restHandler(gw *runtime.ServeMux, routes *routeTable, maxBody int64) http.H
 		if r.ContentLength != 0 && !supportedContentType(r.Header.Get("Content-Type")) {
 			writeError(gw, w, r, &runtime.HTTPStatusError{
 				HTTPStatus: http.StatusUnsupportedMediaType,
-				Err:        status.Errorf(codes.InvalidArgument, "unsupported content type %q: send application/json", r.Header.Get("Content-Type")),
+				Err:        status.Errorf(codes.InvalidArgument, "unsupported content type %q: send application/json or application/cbor", r.Header.Get("Content-Type")),
 			})
 			return
 		}
@@ -67,8 +85,8 @@ func restHandler(gw *runtime.ServeMux, routes *routeTable, maxBody int64) http.H
 			r = r.WithContext(context.WithValue(r.Context(), limitedBodyKey{}, lb))
 			r.Body = lb
 		}
-		gw.ServeHTTP(w, r)
-	})
+		codec.ServeHTTP(w, r)
+	}), nil
 }
 
 func writeError(gw *runtime.ServeMux, w http.ResponseWriter, r *http.Request, err error) {
@@ -83,7 +101,7 @@ func supportedContentType(ct string) bool {
 		return true
 	}
 	mt, _, err := mime.ParseMediaType(ct)
-	return err == nil && mt == "application/json"
+	return err == nil && (mt == "application/json" || mt == cborpb.MediaType)
 }
 
 // limitedBody remembers that the body went over its limit, so the error

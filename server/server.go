@@ -97,10 +97,14 @@ func New(ctx context.Context, cfg config.Config, st *store.Store, log *slog.Logg
 		{&shebav1.SubscriptionService_ServiceDesc, &subscriptionServer{store: st, errs: errs}},
 	}
 	var names, methods []string
+	needsDB := map[string]bool{}
 	for _, svc := range services {
 		names = append(names, svc.desc.ServiceName)
 		for _, m := range svc.desc.Methods {
-			methods = append(methods, "/"+svc.desc.ServiceName+"/"+m.MethodName)
+			full := "/" + svc.desc.ServiceName + "/" + m.MethodName
+			methods = append(methods, full)
+			// Every method but the ping reads or writes the database.
+			needsDB[full] = svc.desc != &shebav1.PingService_ServiceDesc
 		}
 	}
 	m, err := metrics.New(o.registry, methods)
@@ -123,6 +127,8 @@ func New(ctx context.Context, cfg config.Config, st *store.Store, log *slog.Logg
 		log:      log,
 		inflight: inflight,
 		metrics:  m,
+		dbUp:     s.health.databaseUp,
+		needsDB:  needsDB,
 		hook:     o.hook,
 	})
 	if err != nil {
@@ -154,7 +160,11 @@ func New(ctx context.Context, cfg config.Config, st *store.Store, log *slog.Logg
 	if err != nil {
 		return nil, err
 	}
-	rest := otelhttp.NewHandler(restHandler(gw, routes, cfg.HTTP.MaxBodyBytes), "rest",
+	guarded, err := restHandler(gw, routes, cfg.HTTP.MaxBodyBytes, cfg.Compression.MinBytes)
+	if err != nil {
+		return nil, err
+	}
+	rest := otelhttp.NewHandler(guarded, "rest",
 		otelhttp.WithTracerProvider(o.tracerProvider),
 		otelhttp.WithPropagators(propagator),
 		otelhttp.WithMeterProvider(metricnoop.NewMeterProvider()),

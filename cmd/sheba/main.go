@@ -10,6 +10,10 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	_ "google.golang.org/grpc/encoding/gzip" // the gzip compressor for gRPC (contract §5)
+
+	"github.com/shebasvc/sheba/server/grpczstd"
 )
 
 // Set at link time by the Makefile (-ldflags -X).
@@ -19,6 +23,8 @@ var (
 )
 
 func main() {
+	// gRPC compressors are process-wide and registered before any server.
+	grpczstd.Register()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr)
 	stop()

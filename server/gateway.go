@@ -26,19 +26,23 @@ func newGateway(ctx context.Context, conn grpc.ClientConnInterface) (*runtime.Se
 	if err != nil {
 		return nil, nil, err
 	}
+	jsonpb := &runtime.JSONPb{
+		MarshalOptions: protojson.MarshalOptions{
+			// Empty lists and strings are shown (an empty
+			// nextPageToken marks the last page); unset messages
+			// such as cancelTime stay absent.
+			EmitDefaultValues: true,
+		},
+		UnmarshalOptions: protojson.UnmarshalOptions{
+			// Unknown fields are a client's mistake: answer 400.
+			DiscardUnknown: false,
+		},
+	}
 	mux := runtime.NewServeMux(
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
-			MarshalOptions: protojson.MarshalOptions{
-				// Empty lists and strings are shown (an empty
-				// nextPageToken marks the last page); unset messages
-				// such as cancelTime stay absent.
-				EmitDefaultValues: true,
-			},
-			UnmarshalOptions: protojson.UnmarshalOptions{
-				// Unknown fields are a client's mistake: answer 400.
-				DiscardUnknown: false,
-			},
-		}),
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, jsonpb),
+		// By name too, so that negotiateAccept can choose JSON for a
+		// CBOR body.
+		runtime.WithMarshalerOption("application/json", jsonpb),
 		// CBOR for clients that ask for it (Content-Type or Accept), with
 		// the JSON mapping's shape.
 		runtime.WithMarshalerOption(cborpb.MediaType, &cborpb.Marshaler{}),

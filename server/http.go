@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync/atomic"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -64,6 +66,7 @@ func restHandler(gw *runtime.ServeMux, routes *routeTable, maxBody int64, minByt
 		return nil, err
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		negotiateAccept(r.Header)
 		if span := trace.SpanFromContext(r.Context()); span.IsRecording() {
 			if route := routes.template(r.Method, r.URL.Path); route != "" {
 				span.SetAttributes(semconv.HTTPRoute(route))
@@ -87,6 +90,56 @@ func restHandler(gw *runtime.ServeMux, routes *routeTable, maxBody int64, minByt
 		}
 		codec.ServeHTTP(w, r)
 	}), nil
+}
+
+// negotiateAccept sets the Accept header to the one media type the answer
+// is to be in. The gateway matches Accept values literally and otherwise
+// answers in the request body's type, so it would answer CBOR to
+// "Accept: application/json" on a CBOR body, and JSON to
+// "application/cbor, */*;q=0.1". Of JSON and CBOR, the one of higher
+// q-value wins; on a tie, or when only a wildcard names them, the answer is
+// in the body's type; an Accept of nothing sheba speaks gets JSON. Without
+// an Accept header the gateway's choice (the body's type) stands.
+func negotiateAccept(h http.Header) {
+	values := h.Values("Accept")
+	if len(values) == 0 {
+		return
+	}
+	qJSON, qCBOR, qAny := -1.0, -1.0, -1.0
+	for _, v := range values {
+		for part := range strings.SplitSeq(v, ",") {
+			mt, params, err := mime.ParseMediaType(part)
+			if err != nil {
+				continue
+			}
+			q := 1.0
+			if s, ok := params["q"]; ok {
+				if q, err = strconv.ParseFloat(s, 64); err != nil {
+					continue
+				}
+			}
+			switch mt {
+			case "application/json":
+				qJSON = max(qJSON, q)
+			case cborpb.MediaType:
+				qCBOR = max(qCBOR, q)
+			case "*/*", "application/*":
+				qAny = max(qAny, q)
+			}
+		}
+	}
+	answer := "application/json"
+	switch {
+	case qCBOR > 0 && qCBOR > qJSON:
+		answer = cborpb.MediaType
+	case qJSON > 0 && qJSON > qCBOR:
+		// JSON, even for a CBOR body.
+	case max(qJSON, qCBOR, qAny) > 0:
+		if mt, _, err := mime.ParseMediaType(h.Get("Content-Type")); err == nil && mt == cborpb.MediaType {
+			answer = cborpb.MediaType
+		}
+	}
+	h.Set("Accept", answer)
 }
 
 func writeError(gw *runtime.ServeMux, w http.ResponseWriter, r *http.Request, err error) {

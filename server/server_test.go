@@ -60,15 +60,20 @@ func withKey(key string) grpc.DialOption {
 // testEnv is a sheba server on real listeners over its own database, and
 // clients for both transports.
 type testEnv struct {
-	baseURL string
-	pool    *pgxpool.Pool
-	conn    *grpc.ClientConn // sends testKey
-	anon    *grpc.ClientConn // sends no key
-	ping    shebav1.PingServiceClient
-	account shebav1.AccountServiceClient
-	sub     shebav1.SubscriptionServiceClient
-	health  healthpb.HealthClient
-	logs    *syncBuffer
+	baseURL  string
+	grpcAddr string
+	httpAddr string
+	pool     *pgxpool.Pool    // the server's pool
+	conn     *grpc.ClientConn // sends testKey
+	anon     *grpc.ClientConn // sends no key
+	ping     shebav1.PingServiceClient
+	account  shebav1.AccountServiceClient
+	sub      shebav1.SubscriptionServiceClient
+	health   healthpb.HealthClient
+	logs     *syncBuffer
+	// stop cancels the context of Serve, as SIGTERM does in cmd/sheba, and
+	// returns what Serve returned once it has. Later calls return the same.
+	stop func() error
 }
 
 func newTestEnv(t *testing.T, mutate ...func(*config.Config)) *testEnv {
@@ -80,11 +85,32 @@ func newTestEnv(t *testing.T, mutate ...func(*config.Config)) *testEnv {
 // and their queries going to tp (if not nil).
 func newTestEnvWith(t *testing.T, tp trace.TracerProvider, opts []server.Option, mutate ...func(*config.Config)) *testEnv {
 	t.Helper()
+	return startTestEnv(t, envSetup{tp: tp, opts: opts, mutate: mutate})
+}
+
+// envSetup says how startTestEnv builds a testEnv.
+type envSetup struct {
+	tp     trace.TracerProvider // nil: no tracing
+	opts   []server.Option
+	mutate []func(*config.Config)
+	// poolURL, if set, rewrites the URL of the test database before the
+	// server's pool uses it (to send it through a proxy, say).
+	poolURL func(string) string
+}
+
+// startTestEnv starts a server over a fresh database as setup says. It is
+// stopped, and Serve must have returned nil, when the test ends.
+func startTestEnv(t *testing.T, setup envSetup) *testEnv {
+	t.Helper()
 	url := storetest.NewDatabase(t)
+	if setup.poolURL != nil {
+		url = setup.poolURL(url)
+	}
+	tp := setup.tp
 	if tp == nil {
 		tp = tracenoop.NewTracerProvider()
 	}
-	opts = append(opts, server.WithTracerProvider(tp))
+	opts := append(setup.opts, server.WithTracerProvider(tp))
 	pool, err := store.OpenPool(context.Background(), url, 8, tp)
 	if err != nil {
 		t.Fatalf("pool: %v", err)
@@ -95,7 +121,7 @@ func newTestEnvWith(t *testing.T, tp trace.TracerProvider, opts []server.Option,
 	cfg.Database.URL = url
 	cfg.Shutdown.Timeout = 10 * time.Second
 	cfg.Auth.Keys = []config.APIKey{keyEntry(testKeyID, testKey)}
-	for _, m := range mutate {
+	for _, m := range setup.mutate {
 		m(&cfg)
 	}
 	logs := &syncBuffer{}
@@ -103,12 +129,17 @@ func newTestEnvWith(t *testing.T, tp trace.TracerProvider, opts []server.Option,
 	ctx, cancel := context.WithCancel(context.Background())
 	srv, err := server.New(ctx, cfg, store.New(pool), log, append([]server.Option{server.WithHealthInterval(100 * time.Millisecond)}, opts...)...)
 	if err != nil {
+		cancel()
 		t.Fatalf("server.New: %v", err)
 	}
 	grpcLis := listen(t)
 	httpLis := listen(t)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, grpcLis, httpLis) }()
+	stop := sync.OnceValue(func() error {
+		cancel()
+		return <-done
+	})
 
 	conn, err := grpc.NewClient(grpcLis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()), withKey(testKey))
 	if err != nil {
@@ -121,21 +152,23 @@ func newTestEnvWith(t *testing.T, tp trace.TracerProvider, opts []server.Option,
 	t.Cleanup(func() {
 		conn.Close()
 		anon.Close()
-		cancel()
-		if err := <-done; err != nil {
+		if err := stop(); err != nil {
 			t.Errorf("Serve: %v", err)
 		}
 	})
 	return &testEnv{
-		baseURL: "http://" + httpLis.Addr().String(),
-		pool:    pool,
-		conn:    conn,
-		anon:    anon,
-		ping:    shebav1.NewPingServiceClient(conn),
-		account: shebav1.NewAccountServiceClient(conn),
-		sub:     shebav1.NewSubscriptionServiceClient(conn),
-		health:  healthpb.NewHealthClient(conn),
-		logs:    logs,
+		baseURL:  "http://" + httpLis.Addr().String(),
+		grpcAddr: grpcLis.Addr().String(),
+		httpAddr: httpLis.Addr().String(),
+		pool:     pool,
+		conn:     conn,
+		anon:     anon,
+		ping:     shebav1.NewPingServiceClient(conn),
+		account:  shebav1.NewAccountServiceClient(conn),
+		sub:      shebav1.NewSubscriptionServiceClient(conn),
+		health:   healthpb.NewHealthClient(conn),
+		logs:     logs,
+		stop:     stop,
 	}
 }
 

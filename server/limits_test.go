@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -292,6 +293,10 @@ func TestAuth(t *testing.T) {
 	_, err = anonAccount.GetAccount(ctx, &shebav1.GetAccountRequest{AccountId: unknownID})
 	wantGRPCError(t, err, codes.NotFound, "")
 
+	// gRPC health answers without a key, as grpc_health_probe asks.
+	if _, err := healthpb.NewHealthClient(e.anon).Check(t.Context(), &healthpb.HealthCheckRequest{}); err != nil {
+		t.Errorf("health Check without key: %v", err)
+	}
 	// Ping is public; operator endpoints need no key either.
 	if _, err := shebav1.NewPingServiceClient(e.anon).Ping(t.Context(), &shebav1.PingRequest{}); err != nil {
 		t.Errorf("public Ping without key: %v", err)
@@ -353,6 +358,9 @@ func TestOperatorEndpointsUnderRejection(t *testing.T) {
 		if r := e.do(t, http.MethodGet, path, ""); r.code != want {
 			t.Errorf("GET %s while shedding: got %d, want %d", path, r.code, want)
 		}
+	}
+	if resp, err := healthpb.NewHealthClient(e.anon).Check(t.Context(), &healthpb.HealthCheckRequest{}); err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("gRPC health Check while shedding: got %v, %v; want SERVING", resp, err)
 	}
 	f := e.scrape(t)
 	if got := series(f, "sheba_rejected_total", "reason")["reason=inflight"]; got != 1 {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/fullstorydev/grpchan/inprocgrpc"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
@@ -98,8 +100,10 @@ func New(ctx context.Context, cfg config.Config, st *store.Store, log *slog.Logg
 	}
 	var names, methods []string
 	needsDB := map[string]bool{}
+	businessService := map[string]bool{}
 	for _, svc := range services {
 		names = append(names, svc.desc.ServiceName)
+		businessService[svc.desc.ServiceName] = true
 		for _, m := range svc.desc.Methods {
 			full := "/" + svc.desc.ServiceName + "/" + m.MethodName
 			methods = append(methods, full)
@@ -136,7 +140,12 @@ func New(ctx context.Context, cfg config.Config, st *store.Store, log *slog.Logg
 	}
 	propagator := propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 	s.grpc = grpc.NewServer(
-		grpc.UnaryInterceptor(chain),
+		// The chain is for business calls only: grpc.health.v1 (and
+		// reflection) answer without a key, limits or shedding, like the
+		// operator endpoints on HTTP, so probes work under any load.
+		grpc.UnaryInterceptor(selector.UnaryServerInterceptor(chain, selector.MatchFunc(
+			func(_ context.Context, c interceptors.CallMeta) bool { return businessService[c.Service] },
+		))),
 		grpc.MaxRecvMsgSize(int(cfg.HTTP.MaxBodyBytes)),
 		grpc.StatsHandler(otelgrpc.NewServerHandler(
 			otelgrpc.WithTracerProvider(o.tracerProvider),

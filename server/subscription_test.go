@@ -27,6 +27,17 @@ func (e *testEnv) newAccount(t *testing.T, username string) string {
 	return resp.GetAccount().GetId()
 }
 
+// insertAccount makes an account in SQL, without the API (and its password
+// hashing), and returns its id.
+func (e *testEnv) insertAccount(t *testing.T, username string) string {
+	t.Helper()
+	var id string
+	if err := e.pool.QueryRow(t.Context(), `INSERT INTO accounts (username, password_hash) VALUES ($1, 'no-login') RETURNING id::text`, username).Scan(&id); err != nil {
+		t.Fatalf("insert account %s: %v", username, err)
+	}
+	return id
+}
+
 func TestSubscriptionLifecycleGRPC(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t)

@@ -138,8 +138,11 @@ func New(ctx context.Context, cfg config.Config, st *store.Store, log *slog.Logg
 	if err != nil {
 		return nil, err
 	}
+	// With tracing off, the instrumentation is left out rather than run
+	// against a no-op provider: it allocates on every call all the same.
+	_, tracingOff := o.tracerProvider.(tracenoop.TracerProvider)
 	propagator := propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
-	s.grpc = grpc.NewServer(
+	grpcOpts := []grpc.ServerOption{
 		// The chain is for business calls only: grpc.health.v1 (and
 		// reflection) answer without a key, limits or shedding, like the
 		// operator endpoints on HTTP, so probes work under any load.
@@ -147,13 +150,16 @@ func New(ctx context.Context, cfg config.Config, st *store.Store, log *slog.Logg
 			func(_ context.Context, c interceptors.CallMeta) bool { return businessService[c.Service] },
 		))),
 		grpc.MaxRecvMsgSize(int(cfg.HTTP.MaxBodyBytes)),
-		grpc.StatsHandler(otelgrpc.NewServerHandler(
+	}
+	if !tracingOff {
+		grpcOpts = append(grpcOpts, grpc.StatsHandler(otelgrpc.NewServerHandler(
 			otelgrpc.WithTracerProvider(o.tracerProvider),
 			otelgrpc.WithPropagators(propagator),
 			// Call metrics come from the Prometheus interceptors.
 			otelgrpc.WithMeterProvider(metricnoop.NewMeterProvider()),
-		)),
-	)
+		)))
+	}
+	s.grpc = grpc.NewServer(grpcOpts...)
 	channel := (&inprocgrpc.Channel{}).WithServerUnaryInterceptor(chain)
 	for _, svc := range services {
 		s.grpc.RegisterService(svc.desc, svc.impl)
@@ -173,17 +179,20 @@ func New(ctx context.Context, cfg config.Config, st *store.Store, log *slog.Logg
 	if err != nil {
 		return nil, err
 	}
-	rest := otelhttp.NewHandler(guarded, "rest",
-		otelhttp.WithTracerProvider(o.tracerProvider),
-		otelhttp.WithPropagators(propagator),
-		otelhttp.WithMeterProvider(metricnoop.NewMeterProvider()),
-		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
-			if route := routes.template(r.Method, r.URL.Path); route != "" {
-				return r.Method + " " + route
-			}
-			return r.Method
-		}),
-	)
+	rest := guarded
+	if !tracingOff {
+		rest = otelhttp.NewHandler(guarded, "rest",
+			otelhttp.WithTracerProvider(o.tracerProvider),
+			otelhttp.WithPropagators(propagator),
+			otelhttp.WithMeterProvider(metricnoop.NewMeterProvider()),
+			otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
+				if route := routes.template(r.Method, r.URL.Path); route != "" {
+					return r.Method + " " + route
+				}
+				return r.Method
+			}),
+		)
+	}
 	s.http = &http.Server{
 		Handler:           s.httpHandler(rest, o.registry),
 		ReadHeaderTimeout: 10 * time.Second,

@@ -72,10 +72,13 @@ func restHandler(gw *runtime.ServeMux, routes *routeTable, maxBody int64, minByt
 				span.SetAttributes(semconv.HTTPRoute(route))
 			}
 		}
-		if r.ContentLength != 0 && !supportedContentType(r.Header.Get("Content-Type")) {
+		if ct := r.Header.Get("Content-Type"); r.ContentLength != 0 && !supportedContentType(ct) {
+			// The answer's type comes from Accept alone: the gateway
+			// would otherwise try (and log about) the unknown type.
+			r.Header.Del("Content-Type")
 			writeError(gw, w, r, &runtime.HTTPStatusError{
 				HTTPStatus: http.StatusUnsupportedMediaType,
-				Err:        status.Errorf(codes.InvalidArgument, "unsupported content type %q: send application/json or application/cbor", r.Header.Get("Content-Type")),
+				Err:        status.Errorf(codes.InvalidArgument, "unsupported content type %q: send application/json or application/cbor", ct),
 			})
 			return
 		}

@@ -208,6 +208,30 @@ func TestTraces(t *testing.T) {
 	}
 }
 
+// TestExemplars checks that a sampled call leaves its trace id as an
+// exemplar of the handling-time histogram, in the OpenMetrics exposition.
+func TestExemplars(t *testing.T) {
+	t.Parallel()
+	tp, _ := newRecorder(t)
+	e := newTestEnvWith(t, tp, nil)
+	const traceID = "8bf92f3577b34da6a3ce929d0e0e473a"
+	ctx := metadata.AppendToOutgoingContext(t.Context(), "traceparent", "00-"+traceID+"-40f067aa0ba902bb-01")
+	if _, err := e.ping.Ping(ctx, &shebav1.PingRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	r := e.do(t, http.MethodGet, "/metrics", "", "Accept", "application/openmetrics-text; version=1.0.0")
+	wantCode(t, r, http.StatusOK)
+	found := false
+	for line := range strings.SplitSeq(string(r.body), "\n") {
+		if strings.HasPrefix(line, "grpc_server_handling_seconds_bucket{") && strings.Contains(line, `grpc_method="Ping"`) && strings.Contains(line, `# {trace_id="`+traceID+`"}`) {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no grpc_server_handling_seconds bucket of Ping carries exemplar trace_id %s", traceID)
+	}
+}
+
 func hasAttr(attrs []attribute.KeyValue, want attribute.KeyValue) bool {
 	for _, a := range attrs {
 		if a.Key == want.Key && a.Value == want.Value {

@@ -64,9 +64,11 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
 	if [ -n "$$out" ]; then echo "gofmt needed: $$out" >&2; exit 1; fi
 
-# Go benchmarks of the hot paths (the load benchmarks come with bench/).
+# Load benchmarks (bench/README.md): sheba beside bare baselines, about 4
+# minutes; SCENARIO=ping-rest (or a comma list) runs only those, and
+# BENCHFLAGS passes other flags (e.g. BENCHFLAGS="-pairs 5 -d 10s").
 bench:
-	bash scripts/pg.sh test -- $(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+	$(GO) run ./bench/cmd/sheba-bench -go "$(GO)" $(if $(SCENARIO),-scenario "$(SCENARIO)") $(BENCHFLAGS)
 
 dev-db-stop:
 	bash scripts/pg.sh dev-stop

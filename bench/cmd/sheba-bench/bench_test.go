@@ -1,0 +1,300 @@
+package main
+
+import (
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alexedwards/argon2id"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/uuid"
+
+	"github.com/shebasvc/sheba/config"
+)
+
+func TestBenchPasswordHash(t *testing.T) {
+	ok, err := argon2id.ComparePasswordAndHash(benchPassword, benchPasswordHash)
+	if err != nil || !ok {
+		t.Fatalf("benchPasswordHash does not verify benchPassword: ok=%v, err=%v", ok, err)
+	}
+	params, _, _, err := argon2id.DecodeHash(benchPasswordHash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// sheba's parameters for new hashes (server/password.go): a login of a
+	// seeded account must cost what a real one does.
+	if params.Memory != 19*1024 || params.Iterations != 2 || params.Parallelism != 1 {
+		t.Errorf("hash params m=%d t=%d p=%d, want m=19456 t=2 p=1", params.Memory, params.Iterations, params.Parallelism)
+	}
+}
+
+func TestAccountID(t *testing.T) {
+	for _, n := range []int{1, 42, 10000, 999_999} {
+		id := accountID(n)
+		if _, err := uuid.Parse(id); err != nil {
+			t.Errorf("accountID(%d) = %q: %v", n, id, err)
+		}
+		// What seed's SQL and the pgbench script build:
+		// prefix || lpad(n::text, 12, '0').
+		n12 := strings.Repeat("0", 12-len(strconv.Itoa(n))) + strconv.Itoa(n)
+		if want := accountIDPrefix + n12; id != want {
+			t.Errorf("accountID(%d) = %q, want %q", n, id, want)
+		}
+	}
+	script := pgbenchScript(10000)
+	for _, want := range []string{
+		`\set n random(1, 10000)`,
+		"SELECT id, account_id, plan, status, create_time, cancel_time FROM subscriptions WHERE account_id = ",
+		"AND status = 'active';",
+	} {
+		if !strings.Contains(script, want) {
+			t.Errorf("pgbench script lacks %q:\n%s", want, script)
+		}
+	}
+}
+
+// TestShebaYAML loads the config the driver writes with sheba's own loader,
+// so a change of the config's keys breaks this test rather than `make bench`.
+func TestShebaYAML(t *testing.T) {
+	key := newAPIKey()
+	for _, k := range []*apiKey{&key, nil} {
+		path := filepath.Join(t.TempDir(), "sheba.yaml")
+		if err := os.WriteFile(path, []byte(shebaYAML(18080, 19090, k)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		env := map[string]string{
+			"DATABASE_URL":              "postgres://postgres@127.0.0.1:5432/sheba?sslmode=disable",
+			"SHEBA_LIMITS_MAX_INFLIGHT": "4",
+			"SHEBA_LOG_LEVEL":           "warn",
+		}
+		cfg, err := config.Load(path, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+		if err != nil {
+			t.Fatalf("config.Load: %v", err)
+		}
+		if cfg.HTTP.Addr != "127.0.0.1:18080" || cfg.GRPC.Addr != "127.0.0.1:19090" {
+			t.Errorf("addrs %q %q, want 127.0.0.1:18080 and 127.0.0.1:19090", cfg.HTTP.Addr, cfg.GRPC.Addr)
+		}
+		if cfg.Limits.MaxInflight != 4 || cfg.Log.Level != "warn" {
+			t.Errorf("max_inflight %d, log level %q: want the environment's 4 and warn", cfg.Limits.MaxInflight, cfg.Log.Level)
+		}
+		wantKeys := 0
+		if k != nil {
+			wantKeys = 1
+			if cfg.Auth.Keys[0].SHA256 != key.sha256 {
+				t.Errorf("auth key sha256 %q, want %q", cfg.Auth.Keys[0].SHA256, key.sha256)
+			}
+		}
+		if len(cfg.Auth.Keys) != wantKeys {
+			t.Errorf("%d auth keys, want %d", len(cfg.Auth.Keys), wantKeys)
+		}
+	}
+}
+
+func TestWrkScript(t *testing.T) {
+	var b strings.Builder
+	err := wrkTemplate.Execute(&b, wrkScript{
+		Method: "POST", Path: "/v1/accounts", Body: `{"username":"x"}`,
+		Headers: map[string]string{"Content-Type": "application/json", "x-api-key": "k"},
+		IDsFile: "/tmp/ids", PathPrefix: "/v1/accounts/", PathSuffix: "/subscription",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`wrk.method = "POST"`,
+		`wrk.headers["x-api-key"] = "k"`,
+		`wrk.body = [==[{"username":"x"}]==]`,
+		`io.lines("/tmp/ids")`,
+		`"/v1/accounts/" .. ids[math.random(#ids)] .. "/subscription"`,
+		"function response(status, headers, body)",
+		"BENCHJSON",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("script lacks %q:\n%s", want, b.String())
+		}
+	}
+}
+
+func TestParseWrk(t *testing.T) {
+	out := []byte(`Running 5s test @ http://127.0.0.1:1/v1/ping
+  1 threads and 50 connections
+Requests/sec:  20000.00
+BENCHJSON {"requests":100000,"duration_us":5000000,"p50_us":1900,"p90_us":3000,"p99_us":14000,"max_us":50000,"socket_errors":{"connect":0,"read":2,"write":0,"timeout":0},"statuses":{"200":99990,"429":10}}
+`)
+	got, err := parseWrk(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := result{
+		Requests: 100000, Seconds: 5, RPS: 20000, OKPerSec: 19998,
+		P50ms: 1.9, P90ms: 3, P99ms: 14, LatencyOf: "all",
+		Statuses:     map[string]int64{"200": 99990, "429": 10},
+		SocketErrors: map[string]int64{"read": 2},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("parseWrk (-want +got):\n%s", diff)
+	}
+	if _, err := parseWrk([]byte("no json here")); err == nil {
+		t.Error("parseWrk of output without BENCHJSON: got no error")
+	}
+}
+
+func TestParseGhz(t *testing.T) {
+	out := []byte(`{"count":60050,"total":5000000000,"rps":12010,
+		"statusCodeDistribution":{"OK":60000,"Canceled":34,"Unavailable":16},
+		"errorDistribution":{"rpc error: code = Canceled desc = grpc: the client connection is closing":34,
+			"rpc error: code = Unavailable desc = transport is closing":16},
+		"latencyDistribution":[{"percentage":50,"latency":3100000},{"percentage":90,"latency":5000000},{"percentage":99,"latency":15000000}],
+		"details":[]}`)
+	got, err := parseGhz(out, 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := result{
+		Requests: 60000, Seconds: 5, RPS: 12000, OKPerSec: 12000,
+		P50ms: 3.1, P90ms: 5, P99ms: 15, LatencyOf: "ok",
+		Statuses: map[string]int64{"OK": 60000},
+		ErrorMessages: map[string]int64{
+			"rpc error: code = Canceled desc = grpc: the client connection is closing": 34,
+			"rpc error: code = Unavailable desc = transport is closing":                16,
+		},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("parseGhz (-want +got):\n%s", diff)
+	}
+	// More cut calls than workers are real failures and stay.
+	got, _ = parseGhz([]byte(`{"count":100,"total":1000000000,"statusCodeDistribution":{"OK":40,"Unavailable":60},
+		"errorDistribution":{"rpc error: code = Unavailable desc = transport is closing":60}}`), 50)
+	if got.Statuses["Unavailable"] != 60 || got.Requests != 100 {
+		t.Errorf("Unavailable = %d of %d, want 60 of 100 kept", got.Statuses["Unavailable"], got.Requests)
+	}
+}
+
+func TestParsePgbench(t *testing.T) {
+	out := []byte(`pgbench (15.18 (Debian 15.18-0+deb12u1))
+transaction type: /tmp/get-subscription.pgbench
+scaling factor: 1
+query mode: prepared
+number of clients: 50
+number of threads: 1
+maximum number of tries: 1
+duration: 5 s
+number of transactions actually processed: 100000
+number of failed transactions: 0 (0.000%)
+latency average = 2.500 ms
+initial connection time = 40.000 ms
+tps = 20000.000000 (without initial connection time)
+`)
+	got, err := parsePgbench(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := result{Requests: 100000, Seconds: 5, RPS: 20000, OKPerSec: 20000, LatencyOf: "all", Statuses: map[string]int64{"ok": 100000}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("parsePgbench (-want +got):\n%s", diff)
+	}
+	log := "0 1 1500 0 1764500000 123456\n1 1 2500 0 1764500000 123999\n2 7 failed 0 1764500001 1\n"
+	lats := parsePgbenchLog(strings.NewReader(log))
+	if diff := cmp.Diff([]time.Duration{1500 * time.Microsecond, 2500 * time.Microsecond}, lats); diff != "" {
+		t.Errorf("parsePgbenchLog (-want +got):\n%s", diff)
+	}
+}
+
+func TestPercentileAndMedian(t *testing.T) {
+	var lats []time.Duration
+	for i := 100; i >= 1; i-- {
+		lats = append(lats, time.Duration(i)*time.Millisecond)
+	}
+	for p, want := range map[float64]float64{50: 50, 99: 99, 100: 100, 1: 1} {
+		if got := percentileMs(lats, p); got != want {
+			t.Errorf("percentileMs(1..100 ms, %v) = %v, want %v", p, got, want)
+		}
+	}
+	if got := percentileMs(nil, 50); got != 0 {
+		t.Errorf("percentileMs(nil) = %v, want 0", got)
+	}
+	for _, tc := range []struct {
+		in   []float64
+		want float64
+	}{{nil, 0}, {[]float64{3}, 3}, {[]float64{3, 1, 2}, 2}, {[]float64{4, 1, 3, 2}, 2.5}} {
+		if got := median(tc.in); got != tc.want {
+			t.Errorf("median(%v) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	s := scenarioReport{Sides: []sideReport{
+		{Label: "sheba", Expect: []string{"200"}, Runs: []result{
+			{RPS: 100, P99ms: 2, Statuses: map[string]int64{"200": 500, "503": 1}, PeakRSSKiB: 10, Requests: 500, CPUServerSec: 1},
+			{RPS: 90, P99ms: 4, Statuses: map[string]int64{"200": 450}, PeakRSSKiB: 30, Requests: 450, CPUServerSec: 0.9},
+			{RPS: 120, P99ms: 3, Statuses: map[string]int64{"200": 600}, SocketErrors: map[string]int64{"read": 2}, PeakRSSKiB: 20, Requests: 600, CPUServerSec: 1.8},
+		}},
+		{Label: "base", Expect: []string{"200"}, Runs: []result{
+			{RPS: 200, P99ms: 1, Requests: 1000, CPUServerSec: 1},
+			{RPS: 100, P99ms: 1, Requests: 500, CPUServerSec: 0.5},
+			{RPS: 150, P99ms: 1, Requests: 750, CPUServerSec: 0.75},
+		}},
+	}}
+	s.summarize()
+	a := s.Sides[0].Summary
+	if a.Rate != 100 || a.P99ms != 3 || a.PeakRSSKiB != 30 {
+		t.Errorf("sheba summary rate %v p99 %v rss %v, want 100 3 30", a.Rate, a.P99ms, a.PeakRSSKiB)
+	}
+	if diff := cmp.Diff(map[string]int64{"503": 1, "read": 2}, a.Errors); diff != "" {
+		t.Errorf("errors (-want +got):\n%s", diff)
+	}
+	// Pairs: 100/200, 90/100, 120/150 -> 0.5, 0.9, 0.8.
+	if math.Abs(s.Ratio-0.8) > 1e-9 {
+		t.Errorf("ratio %v, want 0.8 (median of 0.5, 0.9, 0.8)", s.Ratio)
+	}
+	// CPU per request: 2, 2, 3 ms against 1 ms each.
+	if math.Abs(s.CPURatio-2) > 1e-9 || math.Abs(a.CPUPerReqUS-2000) > 1e-6 {
+		t.Errorf("CPU per request %v µs, ratio %v; want 2000 µs and 2", a.CPUPerReqUS, s.CPURatio)
+	}
+}
+
+func TestParseProc(t *testing.T) {
+	hwm, err := parseVmHWM(strings.NewReader("Name:\tsheba\nVmPeak:\t 100 kB\nVmHWM:\t   25600 kB\nVmRSS:\t 20000 kB\n"))
+	if err != nil || hwm != 25600 {
+		t.Errorf("parseVmHWM = %v, %v; want 25600", hwm, err)
+	}
+	a := parseCPUTimes([]byte("cpu  1 2 3 4 5 6 7 8 0 0\ncpu0 100 0 0 100 0 0 0 0 0 0\ncpu1 10 0 0 190 0 0 0 0 0 0\n"))
+	b := parseCPUTimes([]byte("cpu  1 2 3 4 5 6 7 8 0 0\ncpu0 190 0 0 110 0 0 0 0 0 0\ncpu1 20 0 0 280 0 0 0 0 0 0\n"))
+	if got := busy(a, b, 0); math.Abs(got-0.9) > 1e-9 {
+		t.Errorf("busy cpu0 = %v, want 0.9", got)
+	}
+	if got := busy(a, b, 1); math.Abs(got-0.1) > 1e-9 {
+		t.Errorf("busy cpu1 = %v, want 0.1", got)
+	}
+	ppid, self, children, err := parseProcStat([]byte("4242 (post gres) S 4000 4242 4242 0 -1 4194560 500 0 0 0 250 50 7 3 20 0 1 0 100 1000 10"))
+	if err != nil || ppid != 4000 || self != 300 || children != 10 {
+		t.Errorf("parseProcStat = %d %d %d %v, want 4000 300 10", ppid, self, children, err)
+	}
+	if got := busy(a, b, 7); got != -1 {
+		t.Errorf("busy of a missing CPU = %v, want -1", got)
+	}
+}
+
+func TestParseOptions(t *testing.T) {
+	o, err := parseOptions([]string{"-scenario", "ping-rest,readyz", "-pairs", "2"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"ping-rest", "readyz"}, o.scenarios); diff != "" {
+		t.Errorf("scenarios (-want +got):\n%s", diff)
+	}
+	for _, args := range [][]string{{"-scenario", "nope"}, {"-d", "1500ms"}, {"-pairs", "0"}, {"extra"}} {
+		if _, err := parseOptions(args, io.Discard); err == nil {
+			t.Errorf("parseOptions(%q): got no error", args)
+		}
+	}
+	if d := budget(options{pairs: 3, duration: 5 * time.Second, warmup: 2 * time.Second}, 7); d != 238*time.Second {
+		t.Errorf("budget of 7 default scenarios = %v, want 3m58s", d)
+	}
+}

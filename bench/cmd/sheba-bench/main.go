@@ -1,0 +1,611 @@
+// Command sheba-bench is `make bench`: it builds sheba and the bare
+// baselines under bench/baseline, starts them and a throwaway Postgres on
+// 127.0.0.1, and runs the load scenarios of issue 6, alternating sheba and
+// its baseline run by run (A B A B ...) so that drift cancels in the ratio.
+// It prints a markdown table and writes the raw numbers, with the machine's
+// facts, to bench/results/<UTC time>.json.
+//
+// Servers (sheba, the baselines and Postgres) run on one CPU and the load
+// generator (wrk, ghz, pgbench or the Go client) on another, with taskset,
+// the same for both sides.
+//
+// Usage, from the repository root:
+//
+//	go run ./bench/cmd/sheba-bench [-scenario ping-rest,readyz] [-pairs 3] [-d 5s] [-warmup 2s] [-c 50]
+//
+// Run `go run ./bench/cmd/sheba-bench -h` for every flag.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	if len(os.Args) > 1 {
+		// Subcommands the driver runs as its own pinned child processes.
+		switch os.Args[1] {
+		case "httpload":
+			exit(httpload(os.Args[2:]))
+		case "otlpsink":
+			exit(otlpsink(os.Args[2:]))
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	exit(err)
+}
+
+func exit(err error) {
+	if err == nil {
+		os.Exit(0)
+	}
+	fmt.Fprintln(os.Stderr, "sheba-bench:", err)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	var uerr usageError
+	if errors.As(err, &uerr) {
+		os.Exit(2)
+	}
+	os.Exit(1)
+}
+
+type usageError string
+
+func (e usageError) Error() string { return string(e) }
+
+// options are the driver's flags.
+type options struct {
+	scenarios    []string
+	pairs        int
+	duration     time.Duration
+	warmup       time.Duration
+	pause        time.Duration
+	conc         int
+	loginConc    int
+	inflightHigh int
+	inflightLow  int
+	accounts     int
+	auth         bool
+	serverCPU    int
+	loadCPU      int
+	resultsDir   string
+	goCmd        string
+	keep         bool
+}
+
+func parseOptions(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("sheba-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	scen := fs.String("scenario", "", "comma-separated scenarios to run (default all): "+strings.Join(scenarioNames, ", "))
+	fs.IntVar(&o.pairs, "pairs", 3, "A/B pairs of runs per scenario")
+	fs.DurationVar(&o.duration, "d", 5*time.Second, "length of each measured run (whole seconds)")
+	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "warm-up of each side before a scenario's runs (0 for none)")
+	fs.DurationVar(&o.pause, "pause", 100*time.Millisecond, "pause between runs")
+	fs.IntVar(&o.conc, "c", 50, "concurrency: connections, each with one request in flight (pgbench: clients)")
+	cores := runtime.NumCPU()
+	fs.IntVar(&o.loginConc, "login-c", 4*cores*4, "concurrency of login-overload: 4x the hashes the machine runs at once (cores x 4)")
+	fs.IntVar(&o.inflightHigh, "inflight-high", 10000, "SHEBA_LIMITS_MAX_INFLIGHT of every sheba but the shedding one (never reached)")
+	fs.IntVar(&o.inflightLow, "inflight-low", 4, "SHEBA_LIMITS_MAX_INFLIGHT of the shedding sheba in login-overload")
+	fs.IntVar(&o.accounts, "accounts", 10000, "seeded accounts, each with an active subscription")
+	fs.BoolVar(&o.auth, "auth", true, "configure an API key and send it (x-api-key) with every business request")
+	fs.IntVar(&o.serverCPU, "server-cpu", 0, "CPU of the servers and Postgres (-1: no pinning)")
+	fs.IntVar(&o.loadCPU, "load-cpu", 1, "CPU of the load generators (-1: no pinning)")
+	fs.StringVar(&o.resultsDir, "results", "bench/results", "folder of the JSON results")
+	fs.StringVar(&o.goCmd, "go", "go", "go command")
+	fs.BoolVar(&o.keep, "keep", false, "keep the run's temporary folder (logs, configs, the Postgres cluster)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return o, err
+		}
+		return o, usageError(err.Error())
+	}
+	if fs.NArg() > 0 {
+		return o, usageError(fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
+	}
+	if *scen == "" || *scen == "all" {
+		o.scenarios = scenarioNames
+	} else {
+		for _, s := range strings.Split(*scen, ",") {
+			s = strings.TrimSpace(s)
+			if !slices.Contains(scenarioNames, s) {
+				return o, usageError(fmt.Sprintf("-scenario: unknown %q; want one of %s", s, strings.Join(scenarioNames, ", ")))
+			}
+			o.scenarios = append(o.scenarios, s)
+		}
+	}
+	switch {
+	case o.pairs < 1 || o.pairs > 50:
+		return o, usageError("-pairs must be 1..50")
+	case o.duration < time.Second || o.duration > 10*time.Minute || o.duration%time.Second != 0:
+		return o, usageError("-d must be whole seconds from 1s to 10m (wrk and pgbench take seconds)")
+	case o.warmup < 0 || o.warmup > 10*time.Minute || o.warmup%time.Second != 0:
+		return o, usageError("-warmup must be whole seconds up to 10m")
+	case o.conc < 1 || o.conc > 1000:
+		return o, usageError("-c must be 1..1000")
+	case o.loginConc < 1 || o.loginConc > 1000:
+		return o, usageError("-login-c must be 1..1000")
+	case o.inflightLow < 1 || o.inflightHigh < 1:
+		return o, usageError("-inflight-low and -inflight-high must be at least 1")
+	case o.accounts < 1 || o.accounts > 10_000_000:
+		return o, usageError("-accounts must be 1..10000000")
+	}
+	return o, nil
+}
+
+// budget is how long the load itself takes: the warm-ups and runs of every
+// scenario, and the pauses between them.
+func budget(o options, n int) time.Duration {
+	per := 2*o.warmup + time.Duration(2*o.pairs)*o.duration + time.Duration(2*o.pairs+2)*o.pause
+	return time.Duration(n) * per
+}
+
+// bench is one invocation of the driver.
+type bench struct {
+	opts    options
+	repo    string
+	dir     string // temporary folder of the run
+	self    string // this executable, for its subcommands
+	pin     pinner
+	key     apiKey
+	bins    binaries
+	pg      *postgres
+	tracing string // OTLP protocol, or "" when sheba has no tracing
+	sink    *server
+
+	idsFile       string
+	pgbenchScript string
+	servers       map[string]*server
+	stderr        io.Writer
+}
+
+// binaries are the paths of the programs the run uses.
+type binaries struct {
+	sheba, httpping, grpcping, pgping, ghz, wrk, pgbench, pgBindir string
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
+	opts, err := parseOptions(args, stderr)
+	if err != nil {
+		return err
+	}
+	b := &bench{opts: opts, key: newAPIKey(), servers: map[string]*server{}, stderr: stderr}
+	logf := func(format string, a ...any) { fmt.Fprintf(stderr, "sheba-bench: "+format+"\n", a...) }
+
+	if b.repo, err = repoRoot(); err != nil {
+		return err
+	}
+	if b.self, err = os.Executable(); err != nil {
+		return err
+	}
+	if p, err := exec.LookPath("taskset"); err == nil && opts.serverCPU >= 0 && opts.loadCPU >= 0 {
+		b.pin.taskset = p
+	} else {
+		logf("no pinning: taskset not found or disabled; servers and load generators share every CPU")
+	}
+	if runtime.NumCPU() < 2 && b.pin.taskset != "" {
+		logf("only %d CPU: servers and load generator pinned to the same one", runtime.NumCPU())
+		opts.serverCPU, opts.loadCPU = 0, 0
+		b.opts = opts
+	}
+	want := func(names ...string) bool {
+		for _, n := range names {
+			if slices.Contains(opts.scenarios, n) {
+				return true
+			}
+		}
+		return false
+	}
+
+	// Tools first: fail before building anything.
+	if want("ping-rest", "error-rest", "readyz", "get-subscription", "ping-rest-traced") {
+		if b.bins.wrk, err = ensureWrk(ctx, logf); err != nil {
+			return err
+		}
+	}
+	if b.bins.pgBindir, err = findPGBindir(); err != nil {
+		return err
+	}
+	if want("get-subscription") {
+		if b.bins.pgbench, err = findPgbench(b.bins.pgBindir); err != nil {
+			return err
+		}
+	}
+
+	base := ""
+	if os.Geteuid() == 0 {
+		base = "/tmp" // the postgres user must reach the cluster's folder
+	}
+	if b.dir, err = os.MkdirTemp(base, "sheba-bench."); err != nil {
+		return err
+	}
+	if err := os.Chmod(b.dir, 0o711); err != nil {
+		return err
+	}
+	defer func() {
+		b.stopAll()
+		if opts.keep {
+			logf("kept %s", b.dir)
+		} else {
+			os.RemoveAll(b.dir)
+		}
+	}()
+
+	started := time.Now()
+	logf("building sheba and the baselines")
+	if err := b.build(ctx, want("ping-grpc")); err != nil {
+		return err
+	}
+	b.tracing = tracingProtocol(buildDeps(b.bins.sheba))
+
+	scens := b.scenarios()
+	var selected []scenario
+	for _, s := range scens {
+		if want(s.name) {
+			selected = append(selected, s)
+		}
+	}
+	runnable := 0
+	for _, s := range selected {
+		if s.unavailable == "" {
+			runnable++
+		}
+	}
+	logf("%d scenario(s), %d pair(s) x %v after a %v warm-up per side: about %v of load",
+		runnable, opts.pairs, opts.duration, opts.warmup, budget(opts, runnable).Round(time.Second))
+
+	logf("starting a throwaway Postgres (%s)", b.bins.pgBindir)
+	if b.pg, err = startPostgres(ctx, b.bins.pgBindir, filepath.Join(b.dir, "pg"), b.pin, opts.serverCPU); err != nil {
+		return err
+	}
+	if err := b.prepareDatabase(ctx); err != nil {
+		return err
+	}
+	if b.tracing != "" {
+		if b.sink, err = b.startSink(ctx); err != nil {
+			return err
+		}
+	}
+
+	m := readMachine(ctx, opts.goCmd, b.repo)
+	m.ServerCPU, m.LoadgenCPU, m.Taskset = opts.serverCPU, opts.loadCPU, b.pin.taskset != ""
+	m.Wrk = firstLine(ctx, "/", b.bins.wrk, "-v")
+	m.Pgbench = firstLine(ctx, "/", filepath.Join(b.bins.pgBindir, "pgbench"), "--version")
+	m.Postgres = firstLine(ctx, "/", filepath.Join(b.bins.pgBindir, "postgres"), "--version")
+	if b.bins.ghz != "" {
+		m.Ghz = buildDeps(b.bins.ghz)["github.com/bojand/ghz"]
+	}
+
+	rep := report{Started: started.UTC(), Machine: m, Options: reportOptions(opts, b)}
+	for _, s := range selected {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if s.unavailable != "" {
+			rep.Scenarios = append(rep.Scenarios, scenarioReport{Name: s.name, About: s.about, Unavailable: s.unavailable})
+			continue
+		}
+		logf("%s: %s", s.name, s.about)
+		sr, err := b.runScenario(ctx, s)
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+		rep.Scenarios = append(rep.Scenarios, sr)
+	}
+	rep.Finished = time.Now().UTC()
+
+	path, err := writeReport(filepath.Join(b.repo, opts.resultsDir), rep)
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(stdout, renderTable(rep))
+	rel, _ := filepath.Rel(b.repo, path)
+	fmt.Fprintf(stdout, "\nRaw numbers: %s (took %v)\n", rel, rep.Finished.Sub(rep.Started).Round(time.Second))
+	return nil
+}
+
+// repoRoot finds the folder of sheba's go.mod from the working directory up.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.Contains(string(b), "module github.com/shebasvc/sheba\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("run from inside the sheba repository (no go.mod of github.com/shebasvc/sheba above the working directory)")
+		}
+		dir = parent
+	}
+}
+
+// ensureWrk finds wrk, installing Debian's package when it is missing and we
+// are root.
+func ensureWrk(ctx context.Context, logf func(string, ...any)) (string, error) {
+	if p, err := exec.LookPath("wrk"); err == nil {
+		return p, nil
+	}
+	if os.Geteuid() != 0 {
+		return "", errors.New("wrk not found: install it (Debian/Ubuntu: sudo apt-get install wrk) and run again")
+	}
+	logf("wrk not found: installing it with apt-get")
+	install := func() error {
+		cmd := exec.CommandContext(ctx, "apt-get", "install", "-y", "--no-install-recommends", "wrk")
+		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%v\n%s", err, lastLines(string(out), 10))
+		}
+		return nil
+	}
+	if err := install(); err != nil {
+		// A fresh machine has no package lists yet.
+		if out, uerr := exec.CommandContext(ctx, "apt-get", "update").CombinedOutput(); uerr != nil {
+			return "", fmt.Errorf("apt-get update: %v\n%s", uerr, lastLines(string(out), 10))
+		}
+		if err := install(); err != nil {
+			return "", fmt.Errorf("apt-get install wrk: %w", err)
+		}
+	}
+	return exec.LookPath("wrk")
+}
+
+// findPgbench prefers the pgbench next to the server binaries.
+func findPgbench(bindir string) (string, error) {
+	p := filepath.Join(bindir, "pgbench")
+	if st, err := os.Stat(p); err == nil && st.Mode()&0o111 != 0 {
+		return p, nil
+	}
+	if p, err := exec.LookPath("pgbench"); err == nil {
+		return p, nil
+	}
+	return "", errors.New("pgbench not found: install it (Debian: apt-get install postgresql-contrib or postgresql-client)")
+}
+
+// build compiles sheba, the baselines and, for gRPC scenarios, ghz (pinned
+// in tools/go.mod) into the run's folder.
+func (b *bench) build(ctx context.Context, withGhz bool) error {
+	bin := filepath.Join(b.dir, "bin")
+	b.bins.sheba = filepath.Join(bin, "sheba")
+	b.bins.httpping = filepath.Join(bin, "httpping")
+	b.bins.grpcping = filepath.Join(bin, "grpcping")
+	b.bins.pgping = filepath.Join(bin, "pgping")
+	gobuild := func(env []string, args ...string) error {
+		cmd := exec.CommandContext(ctx, b.opts.goCmd, append([]string{"build"}, args...)...)
+		cmd.Dir = b.repo
+		cmd.Env = append(os.Environ(), env...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("go build %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return nil
+	}
+	if err := gobuild(nil, "-o", b.bins.sheba, "./cmd/sheba"); err != nil {
+		return err
+	}
+	if err := gobuild(nil, "-o", bin+"/", "./bench/baseline/httpping", "./bench/baseline/grpcping", "./bench/baseline/pgping"); err != nil {
+		return err
+	}
+	if withGhz {
+		b.bins.ghz = filepath.Join(bin, "ghz")
+		// Built once rather than run through `go tool`, so that no go command
+		// sits between the driver and the load generator.
+		if err := gobuild([]string{"GOWORK=off"}, "-modfile=tools/go.mod", "-o", b.bins.ghz, "github.com/bojand/ghz/cmd/ghz"); err != nil {
+			return fmt.Errorf("%w\nghz is pinned in tools/go.mod: GOWORK=off go get -tool -modfile=tools/go.mod github.com/bojand/ghz/cmd/ghz@VERSION", err)
+		}
+	}
+	return nil
+}
+
+// prepareDatabase creates the database, migrates it with sheba's own
+// command, seeds it and writes the files wrk and pgbench read.
+func (b *bench) prepareDatabase(ctx context.Context) error {
+	out, err := exec.CommandContext(ctx, filepath.Join(b.bins.pgBindir, "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1",
+		b.pg.url("postgres"), "-c", "CREATE DATABASE sheba").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("create database: %v\n%s", err, out)
+	}
+	cmd := exec.CommandContext(ctx, b.bins.sheba, "migrate", "up")
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+b.pg.url("sheba"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("sheba migrate up: %v\n%s", err, out)
+	}
+	if err := seed(ctx, b.pg.url("sheba"), b.opts.accounts); err != nil {
+		return err
+	}
+	b.idsFile = filepath.Join(b.dir, "account-ids.txt")
+	if err := writeIDs(b.idsFile, b.opts.accounts); err != nil {
+		return err
+	}
+	b.pgbenchScript = filepath.Join(b.dir, "get-subscription.pgbench")
+	return os.WriteFile(b.pgbenchScript, []byte(pgbenchScript(b.opts.accounts)), 0o644)
+}
+
+// ensureServer starts the server of key once and returns it.
+func (b *bench) ensureServer(ctx context.Context, key string) (*server, error) {
+	if key == "" {
+		return nil, nil
+	}
+	if s, ok := b.servers[key]; ok {
+		if s.proc.exited() {
+			return nil, fmt.Errorf("%s exited during the run (%v); its last output:\n%s", key, s.proc.waitErr, s.proc.logTail(20))
+		}
+		return s, nil
+	}
+	var s *server
+	var err error
+	switch key {
+	case srvSheba:
+		s, err = b.startSheba(ctx, key, shebaConfig{maxInflight: b.opts.inflightHigh, sampler: "always_off"})
+	case srvShebaShed:
+		s, err = b.startSheba(ctx, key, shebaConfig{maxInflight: b.opts.inflightLow, sampler: "always_off"})
+	case srvShebaTrace:
+		s, err = b.startSheba(ctx, key, shebaConfig{maxInflight: b.opts.inflightHigh, sampler: "always_on"})
+	case srvHTTPPing:
+		s, err = b.startBaseline(ctx, key, b.bins.httpping, false)
+	case srvGRPCPing:
+		s, err = b.startBaseline(ctx, key, b.bins.grpcping, true)
+	case srvPGPing:
+		s, err = b.startBaseline(ctx, key, b.bins.pgping, false, "DATABASE_URL="+b.pg.url("sheba"))
+	default:
+		return nil, fmt.Errorf("unknown server %q", key)
+	}
+	if err != nil {
+		return nil, err
+	}
+	b.servers[key] = s
+	return s, nil
+}
+
+// stopAll stops every process the run started, Postgres last.
+func (b *bench) stopAll() {
+	for _, s := range b.servers {
+		s.proc.stop(5 * time.Second)
+	}
+	if b.sink != nil {
+		b.sink.proc.stop(2 * time.Second)
+	}
+	if b.pg != nil {
+		b.pg.stop()
+	}
+}
+
+// runScenario warms each side up, then runs A B A B ... and collects the
+// results.
+func (b *bench) runScenario(ctx context.Context, s scenario) (scenarioReport, error) {
+	sr := scenarioReport{Name: s.name, About: s.about, Concurrency: s.conc, ByOK: s.byOK}
+	sides := []side{s.a, s.b}
+	srvs := make([]*server, 2)
+	loads := make([]load, 2)
+	for i, sd := range sides {
+		srv, err := b.ensureServer(ctx, sd.server)
+		if err != nil {
+			return sr, err
+		}
+		srvs[i] = srv
+		loads[i] = sd.load(srv)
+		sr.Sides = append(sr.Sides, sideReport{Label: sd.label, Tool: loads[i].tool(), Server: sd.server, Expect: sd.expect})
+	}
+	env := loadEnv{pin: b.pin, cpu: b.opts.loadCPU, conc: s.conc, dir: b.dir, timeout: 60 * time.Second}
+	if b.opts.warmup > 0 {
+		for i := range sides {
+			r, err := loads[i].run(ctx, env, b.opts.warmup)
+			if err != nil {
+				return sr, fmt.Errorf("warm-up of %s: %w", sides[i].label, err)
+			}
+			sr.Sides[i].Warmup = &r
+			if err := sleep(ctx, b.opts.pause); err != nil {
+				return sr, err
+			}
+		}
+	}
+	for pair := range b.opts.pairs {
+		for i := range sides {
+			r, err := b.measure(ctx, env, loads[i], srvs[i])
+			if err != nil && ctx.Err() == nil {
+				// One failed run (a generator that could not connect in time on
+				// a busy machine, say) should not cost the whole table: retry
+				// once, and say so in the JSON.
+				fmt.Fprintf(b.stderr, "sheba-bench:   pair %d, %s failed, retrying once: %v\n", pair+1, sides[i].label, err)
+				sr.Retries = append(sr.Retries, fmt.Sprintf("pair %d, %s: %v", pair+1, sides[i].label, err))
+				if srv := b.servers[sides[i].server]; srv != nil && srv.proc.exited() {
+					// Something outside the driver ended it: start it again.
+					delete(b.servers, sides[i].server)
+					if srvs[i], err = b.ensureServer(ctx, sides[i].server); err != nil {
+						return sr, err
+					}
+					loads[i] = sides[i].load(srvs[i])
+				}
+				r, err = b.measure(ctx, env, loads[i], srvs[i])
+			}
+			if err != nil {
+				return sr, fmt.Errorf("pair %d, %s: %w", pair+1, sides[i].label, err)
+			}
+			sr.Sides[i].Runs = append(sr.Sides[i].Runs, r)
+			if err := sleep(ctx, b.opts.pause); err != nil {
+				return sr, err
+			}
+		}
+	}
+	sr.summarize()
+	fmt.Fprintf(b.stderr, "sheba-bench:   %s %.0f/s vs %s %.0f/s: ratio %.2f\n",
+		sr.Sides[0].Label, sr.Sides[0].Summary.Rate, sr.Sides[1].Label, sr.Sides[1].Summary.Rate, sr.Ratio)
+	return sr, nil
+}
+
+// measure runs one load and records the server's peak RSS during it, the
+// CPU the server process and Postgres used, and how busy the two CPUs were.
+func (b *bench) measure(ctx context.Context, env loadEnv, l load, srv *server) (result, error) {
+	pid := 0
+	if srv != nil {
+		pid = srv.proc.pid()
+		resetPeakRSS(pid)
+	}
+	pgPID := b.pg.postmasterPID()
+	cores0 := readCPUTimes()
+	srv0 := treeCPUTicks(pid) + treeCPUTicks(pgPID)
+	start := time.Now()
+	r, err := l.run(ctx, env, b.opts.duration)
+	wall := time.Since(start)
+	srv1 := treeCPUTicks(pid) + treeCPUTicks(pgPID)
+	cores1 := readCPUTimes()
+	if err == nil && r.Requests == 0 {
+		err = errors.New("no request completed")
+	}
+	if err != nil {
+		return r, err
+	}
+	if pid != 0 {
+		if srv.proc.exited() {
+			return r, fmt.Errorf("%s exited during the run (%v); its last output:\n%s", srv.proc.name, srv.proc.waitErr, srv.proc.logTail(20))
+		}
+		r.PeakRSSKiB, _ = peakRSSKiB(pid)
+	}
+	r.CPUServerSec = float64(srv1-srv0) / userHZ
+	r.CPUServer = r.CPUServerSec / wall.Seconds()
+	r.CPUServerCore = busy(cores0, cores1, max(b.opts.serverCPU, 0))
+	r.CPULoadCore = busy(cores0, cores1, max(b.opts.loadCPU, 0))
+	return r, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
+// writeReport writes rep as indented JSON to dir/<UTC start time>.json.
+func writeReport(dir string, rep report) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, rep.Started.Format("20060102T150405Z")+".json")
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	return path, os.WriteFile(path, append(b, '\n'), 0o644)
+}

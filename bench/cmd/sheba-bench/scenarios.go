@@ -1,0 +1,141 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+)
+
+// side is one of the two things a scenario compares.
+type side struct {
+	label string // as shown in the table
+	// server is the key of the process under load in bench.servers ("" for
+	// pgbench, whose server is Postgres itself: no peak RSS).
+	server string
+	// expect lists the answers that are not errors.
+	expect []string
+	load   func(s *server) load
+}
+
+// scenario is one row pair of the table: A (sheba) against B (its
+// baseline), alternated run by run.
+type scenario struct {
+	name  string
+	about string
+	a, b  side
+	conc  int
+	// byOK: the headline rate is successful answers per second (goodput)
+	// rather than all answers per second.
+	byOK bool
+	// unavailable, when set, says why the scenario cannot run with this
+	// build; the table shows the reason instead of numbers.
+	unavailable string
+}
+
+// Server keys of bench.servers.
+const (
+	srvSheba      = "sheba"
+	srvShebaShed  = "sheba-shed"
+	srvShebaTrace = "sheba-traced"
+	srvHTTPPing   = "httpping"
+	srvGRPCPing   = "grpcping"
+	srvPGPing     = "pgping"
+)
+
+// scenarioNames is every scenario in the order they run.
+var scenarioNames = []string{"ping-rest", "ping-grpc", "error-rest", "readyz", "get-subscription", "login-overload", "ping-rest-traced"}
+
+// scenarios builds the scenarios of issue 6 for this run.
+func (b *bench) scenarios() []scenario {
+	o := b.opts
+	hdr := map[string]string{}
+	md := map[string]string{}
+	if o.auth {
+		hdr["x-api-key"] = b.key.key
+		md["x-api-key"] = b.key.key
+	}
+	jsonHdr := map[string]string{"Content-Type": "application/json"}
+	for k, v := range hdr {
+		jsonHdr[k] = v
+	}
+	wrkGet := func(path string, h map[string]string) func(*server) load {
+		return func(s *server) load {
+			return wrkLoad{bin: b.bins.wrk, baseURL: s.httpURL, script: wrkScript{Method: "GET", Path: path, Headers: h}}
+		}
+	}
+	ghzPing := func(s *server) load {
+		return ghzLoad{bin: b.bins.ghz, protoDir: filepath.Join(b.repo, "proto"), proto: filepath.Join(b.repo, "proto/sheba/v1/ping.proto"),
+			call: "sheba.v1.PingService.Ping", addr: s.grpcAddr, metadata: md}
+	}
+	bareHTTP := side{label: "net/http", server: srvHTTPPing, expect: []string{"200"}, load: wrkGet("/v1/ping", hdr)}
+	loginBody := fmt.Sprintf(`{"username":%q,"password":%q}`, loginUsername, benchPassword)
+	login := func(s *server) load {
+		return goLoad{self: b.self, url: s.httpURL + "/v1/accounts:login", method: "POST", body: loginBody, headers: jsonHdr}
+	}
+
+	all := []scenario{
+		{
+			name:  "ping-rest",
+			about: "GET /v1/ping through the gateway and the chain, against a bare net/http handler with the same JSON",
+			a:     side{label: "sheba", server: srvSheba, expect: []string{"200"}, load: wrkGet("/v1/ping", hdr)},
+			b:     bareHTTP,
+			conc:  o.conc,
+		},
+		{
+			name:  "ping-grpc",
+			about: "PingService/Ping over gRPC, against a bare grpc-go server with the same RPC",
+			a:     side{label: "sheba", server: srvSheba, expect: []string{"OK"}, load: ghzPing},
+			b:     side{label: "grpc-go", server: srvGRPCPing, expect: []string{"OK"}, load: ghzPing},
+			conc:  o.conc,
+		},
+		{
+			name:  "error-rest",
+			about: "POST /v1/accounts with an invalid username (400 after auth and validation), against the bare net/http ping",
+			a: side{label: "sheba", server: srvSheba, expect: []string{"400"}, load: func(s *server) load {
+				return wrkLoad{bin: b.bins.wrk, baseURL: s.httpURL, script: wrkScript{Method: "POST", Path: "/v1/accounts",
+					Headers: jsonHdr, Body: `{"username":"NOT VALID!","password":"bench-password"}`}}
+			}},
+			b:    bareHTTP,
+			conc: o.conc,
+		},
+		{
+			name:  "readyz",
+			about: "GET /readyz, against a bare net/http handler doing pgxpool.Ping per request",
+			a:     side{label: "sheba", server: srvSheba, expect: []string{"200"}, load: wrkGet("/readyz", nil)},
+			b:     side{label: "net/http+pgxpool", server: srvPGPing, expect: []string{"200"}, load: wrkGet("/readyz", nil)},
+			conc:  o.conc,
+		},
+		{
+			name: "get-subscription",
+			about: fmt.Sprintf("GET /v1/accounts/{id}/subscription over %d seeded accounts at random, against pgbench running the store's SELECT with as many clients",
+				o.accounts),
+			a: side{label: "sheba", server: srvSheba, expect: []string{"200"}, load: func(s *server) load {
+				return wrkLoad{bin: b.bins.wrk, baseURL: s.httpURL, script: wrkScript{Method: "GET", Path: "/v1/accounts/" + accountID(1) + "/subscription",
+					Headers: hdr, IDsFile: b.idsFile, PathPrefix: "/v1/accounts/", PathSuffix: "/subscription"}}
+			}},
+			b: side{label: "pgbench", expect: []string{"ok"}, load: func(*server) load {
+				return pgbenchLoad{bin: b.bins.pgbench, script: b.pgbenchScript, port: b.pg.port, db: "sheba"}
+			}},
+			conc: o.conc,
+		},
+		{
+			name: "login-overload",
+			about: fmt.Sprintf("POST /v1/accounts:login (argon2id) at concurrency %d, max_inflight %d (sheds) against %d (does not); goodput and latency of the 2xx",
+				o.loginConc, o.inflightLow, o.inflightHigh),
+			a:    side{label: fmt.Sprintf("sheba inflight=%d", o.inflightLow), server: srvShebaShed, expect: []string{"200"}, load: login},
+			b:    side{label: fmt.Sprintf("sheba inflight=%d", o.inflightHigh), server: srvSheba, expect: []string{"200"}, load: login},
+			conc: o.loginConc,
+			byOK: true,
+		},
+		{
+			name:  "ping-rest-traced",
+			about: "ping-rest with tracing always on, exporting over OTLP to a no-op collector, against the bare net/http ping",
+			a:     side{label: "sheba traced", server: srvShebaTrace, expect: []string{"200"}, load: wrkGet("/v1/ping", hdr)},
+			b:     bareHTTP,
+			conc:  o.conc,
+		},
+	}
+	if b.tracing == "" {
+		all[len(all)-1].unavailable = "n/a (tracing not built yet)"
+	}
+	return all
+}

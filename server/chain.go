@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"runtime/debug"
 
-	"github.com/fullstorydev/grpchan/inprocgrpc"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"go.opentelemetry.io/otel/attribute"
@@ -47,9 +46,6 @@ type chainDeps struct {
 // stats handler (gRPC) and otelhttp (REST) wrap the whole chain. Order,
 // outermost first:
 //
-//   - trace link: on REST, puts the HTTP server span into the call's
-//     context (the in-process channel passes no context values), so the log,
-//     the exemplars and the SQL spans belong to it.
 //   - request id + log: outermost, so the one log line sees the final code.
 //   - metrics: sees every outcome, rejections and recovered panics included.
 //   - recovery: a panic anywhere inside becomes Internal "internal error",
@@ -96,7 +92,6 @@ func chainLinks(cfg config.Config, d chainDeps) ([]link, error) {
 	authn := apikey.New(keys, cfg.Auth.Public, apikey.WithOnReject(m.Rejected(metrics.ReasonUnauthenticated)))
 
 	links := []link{
-		{"trace_link", traceLink},
 		{"request_log", requestlog.UnaryServerInterceptor(d.log, requestlog.WithTransport(transportOf))},
 		{"grpc_metrics", m.GRPCUnaryServerInterceptor()},
 		{"request_metrics", m.UnaryServerInterceptor()},
@@ -136,23 +131,11 @@ func chainLinks(cfg config.Config, d chainDeps) ([]link, error) {
 	return links, nil
 }
 
-// traceLink gives a REST call the span of its HTTP request. inprocgrpc hands
-// the server a context without the client's values, but keeps the client's
-// context, where otelhttp put the span.
-func traceLink(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if client := inprocgrpc.ClientContext(ctx); client != nil {
-		if span := trace.SpanFromContext(client); span.SpanContext().IsValid() {
-			ctx = trace.ContextWithSpan(ctx, span)
-		}
-	}
-	return handler(ctx, req)
-}
-
 // transportOf tells a REST call (over the in-process channel) from a gRPC
 // one, and names the peer: the HTTP client's address, which the gateway
 // passes as x-forwarded-for, or the gRPC connection's.
 func transportOf(ctx context.Context) (transport, peerAddr string) {
-	if inprocgrpc.ClientContext(ctx) != nil {
+	if isInproc(ctx) {
 		if v := metadata.ValueFromIncomingContext(ctx, "x-forwarded-for"); len(v) > 0 {
 			peerAddr = v[0]
 		}

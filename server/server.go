@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/fullstorydev/grpchan/inprocgrpc"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
 	"github.com/prometheus/client_golang/prometheus"
@@ -160,7 +159,7 @@ func New(ctx context.Context, cfg config.Config, st *store.Store, log *slog.Logg
 		)))
 	}
 	s.grpc = grpc.NewServer(grpcOpts...)
-	channel := (&inprocgrpc.Channel{}).WithServerUnaryInterceptor(chain)
+	channel := newInprocChannel(chain)
 	for _, svc := range services {
 		s.grpc.RegisterService(svc.desc, svc.impl)
 		channel.RegisterService(svc.desc, svc.impl)

@@ -37,22 +37,10 @@ func (s benchStream) SetHeaderOnly(metadata.MD) error { return nil }
 // each interceptor is added in chain order ("none" is the bare handler).
 // Limits are high enough never to reject.
 func BenchmarkChain(b *testing.B) {
-	const key = "bench-key-0123456789abcdefghijklmnop"
-	sum := sha256.Sum256([]byte(key))
-	base := config.Default()
-	base.Auth.Keys = []config.APIKey{{ID: "bench", SHA256: hex.EncodeToString(sum[:])}}
-	base.Limits.MaxInflight = 1 << 20
-	base.Limits.Timeout = time.Minute
-
-	const method = "/sheba.v1.AccountService/GetAccount"
-	info := &grpc.UnaryServerInfo{FullMethod: method}
-	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-api-key", key))
-	ctx = grpc.NewContextWithServerTransportStream(ctx, benchStream{method: method})
-	noop := func(context.Context, any) (any, error) { return nil, nil }
-
-	cfg := base
+	cfg, ctx, info := benchCall()
 	cfg.Limits.Rate, cfg.Limits.Burst = 1e9, 1e9
 	cfg.Limits.PerKeyRate, cfg.Limits.PerKeyBurst = 1e9, 1e9
+	noop := func(context.Context, any) (any, error) { return nil, nil }
 	links, err := chainLinks(cfg, benchDeps(b, cfg))
 	if err != nil {
 		b.Fatal(err)
@@ -85,6 +73,21 @@ func BenchmarkChain(b *testing.B) {
 	}
 }
 
+// benchCall returns a config with one API key and limits that never
+// reject, and the context and info of a GetAccount call that sends the key.
+func benchCall() (config.Config, context.Context, *grpc.UnaryServerInfo) {
+	const key = "bench-key-0123456789abcdefghijklmnop"
+	sum := sha256.Sum256([]byte(key))
+	cfg := config.Default()
+	cfg.Auth.Keys = []config.APIKey{{ID: "bench", SHA256: hex.EncodeToString(sum[:])}}
+	cfg.Limits.MaxInflight = 1 << 20
+	cfg.Limits.Timeout = time.Minute
+	const method = "/sheba.v1.AccountService/GetAccount"
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-api-key", key))
+	ctx = grpc.NewContextWithServerTransportStream(ctx, benchStream{method: method})
+	return cfg, ctx, &grpc.UnaryServerInfo{FullMethod: method}
+}
+
 func benchDeps(b *testing.B, cfg config.Config) chainDeps {
 	m, err := metrics.New(prometheus.NewRegistry(), []string{"/sheba.v1.AccountService/GetAccount"})
 	if err != nil {
@@ -102,21 +105,13 @@ func benchDeps(b *testing.B, cfg config.Config) chainDeps {
 // dropping every span, and on sampling every span to an exporter that drops
 // them.
 func BenchmarkChainTracing(b *testing.B) {
-	const key = "bench-key-0123456789abcdefghijklmnop"
-	sum := sha256.Sum256([]byte(key))
-	cfg := config.Default()
-	cfg.Auth.Keys = []config.APIKey{{ID: "bench", SHA256: hex.EncodeToString(sum[:])}}
-	cfg.Limits.MaxInflight = 1 << 20
-	cfg.Limits.Timeout = time.Minute
+	cfg, ctx, info := benchCall()
+	noop := func(context.Context, any) (any, error) { return nil, nil }
 	chain, err := unaryChain(cfg, benchDeps(b, cfg))
 	if err != nil {
 		b.Fatal(err)
 	}
-	const method = "/sheba.v1.AccountService/GetAccount"
-	info := &grpc.UnaryServerInfo{FullMethod: method}
-	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-api-key", key))
-	ctx = grpc.NewContextWithServerTransportStream(ctx, benchStream{method: method})
-	noop := func(context.Context, any) (any, error) { return nil, nil }
+	method := info.FullMethod
 
 	for _, tc := range []struct {
 		name string

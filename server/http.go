@@ -66,6 +66,8 @@ func restHandler(gw *runtime.ServeMux, routes *routeTable, maxBody int64, minByt
 		return nil, err
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The answer is JSON or CBOR by Accept: caches must key on it.
+		w.Header().Add("Vary", "Accept")
 		negotiateAccept(r.Header)
 		if span := trace.SpanFromContext(r.Context()); span.IsRecording() {
 			if route := routes.template(r.Method, r.URL.Path); route != "" {

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -634,6 +635,9 @@ func TestCBORAcceptNegotiation(t *testing.T) {
 			{http.MethodPost, "/v1/accounts", asJSON, jsonBody, test.postJSON},
 		} {
 			r := e.do(t, c.method, c.path, c.body, "Content-Type", c.contentType, "Accept", test.accept)
+			if !slices.Contains(strings.Split(strings.ReplaceAll(strings.Join(r.header.Values("Vary"), ","), " ", ""), ","), "Accept") {
+				t.Errorf("%s %s: no Vary: Accept although the answer's type follows it", c.method, c.path)
+			}
 			if got := r.header.Get("Content-Type"); got != c.want {
 				t.Errorf("%s %s (%s) with Accept %q: answered %q, want %q", c.method, c.path, c.contentType, test.accept, got, c.want)
 				continue

@@ -21,17 +21,27 @@ type healthChecker struct {
 	interval time.Duration
 	services []string
 
-	// dbUp is the last ping's answer, read on the hot path by the
+	// dbUp says whether the database is up, read on the hot path by the
 	// dependency gate; it keeps being updated during shutdown. It starts
 	// true: until the first ping answers, calls try the database (and fail
 	// as Unavailable by themselves if it is down).
 	dbUp atomic.Bool
+
+	// Only the run goroutine uses these two.
+	failures int  // consecutive failed pings
+	answered bool // some ping has succeeded
 
 	mu           sync.Mutex
 	ready        bool
 	reason       string
 	shuttingDown bool
 }
+
+// failuresToDown is how many pings in a row must fail before a database
+// that has answered counts as down: under load a single ping can miss its
+// deadline, and one miss must not turn every business call away. An outage
+// is therefore seen within two intervals.
+const failuresToDown = 2
 
 func newHealthChecker(ping func(context.Context) error, interval time.Duration, services []string) *healthChecker {
 	h := &healthChecker{
@@ -65,15 +75,21 @@ func (h *healthChecker) check(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, h.interval)
 	defer cancel()
 	err := h.ping(ctx)
-	h.dbUp.Store(err == nil)
+	if err == nil {
+		h.failures, h.answered = 0, true
+	} else {
+		h.failures++
+	}
+	up := err == nil || (h.answered && h.failures < failuresToDown)
+	h.dbUp.Store(up)
 
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.shuttingDown {
 		return
 	}
-	ready, reason := err == nil, ""
-	if err != nil {
+	ready, reason := up, ""
+	if !up {
 		// The driver's text can name hosts and users; say only what failed.
 		reason = "database unreachable"
 	}

@@ -127,7 +127,7 @@ func startTestEnv(t *testing.T, setup envSetup) *testEnv {
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx, cancel := context.WithCancel(context.Background())
-	srv, err := server.New(ctx, cfg, store.New(pool), log, append([]server.Option{server.WithHealthInterval(100 * time.Millisecond)}, opts...)...)
+	srv, err := server.New(ctx, cfg, store.New(pool), log, append([]server.Option{server.WithHealthInterval(500 * time.Millisecond)}, opts...)...)
 	if err != nil {
 		cancel()
 		t.Fatalf("server.New: %v", err)

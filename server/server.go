@@ -47,7 +47,6 @@ type options struct {
 	healthInterval time.Duration
 	hook           func(ctx context.Context, method string) error
 	tracerProvider trace.TracerProvider
-	registry       *prometheus.Registry
 }
 
 // Option configures a Server.
@@ -65,12 +64,6 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(o *options) { o.tracerProvider = tp }
 }
 
-// WithRegistry registers the metrics on reg, which GET /metrics serves
-// (default: a new registry).
-func WithRegistry(reg *prometheus.Registry) Option {
-	return func(o *options) { o.registry = reg }
-}
-
 // New builds a Server from cfg. It does not connect anywhere: the database
 // may be down at start, and the server then starts not ready.
 func New(ctx context.Context, cfg config.Config, st *store.Store, log *slog.Logger, opts ...Option) (*Server, error) {
@@ -81,9 +74,8 @@ func New(ctx context.Context, cfg config.Config, st *store.Store, log *slog.Logg
 	if o.tracerProvider == nil {
 		o.tracerProvider = tracenoop.NewTracerProvider()
 	}
-	if o.registry == nil {
-		o.registry = prometheus.NewRegistry()
-	}
+	// Each server has its own registry, served at GET /metrics.
+	registry := prometheus.NewRegistry()
 	hasher, err := newPasswordHasher(defaultHashParams())
 	if err != nil {
 		return nil, err
@@ -110,12 +102,12 @@ func New(ctx context.Context, cfg config.Config, st *store.Store, log *slog.Logg
 			needsDB[full] = svc.desc != &shebav1.PingService_ServiceDesc
 		}
 	}
-	m, err := metrics.New(o.registry, methods)
+	m, err := metrics.New(registry, methods)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	inflight := concurrency.NewLimiter(cfg.Limits.MaxInflight)
-	if err := registerCollectors(o.registry, st, inflight); err != nil {
+	if err := registerCollectors(registry, st, inflight); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
 
@@ -193,7 +185,7 @@ func New(ctx context.Context, cfg config.Config, st *store.Store, log *slog.Logg
 		)
 	}
 	s.http = &http.Server{
-		Handler:           s.httpHandler(rest, o.registry),
+		Handler:           s.httpHandler(rest, registry),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,

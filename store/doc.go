@@ -2,11 +2,15 @@
 //
 // It is the only package that speaks SQL. It uses the pgx v5 native API over a
 // *pgxpool.Pool, with hand-written SQL next to the method that runs it and one
-// file per table. Methods return the sentinels ErrNotFound and ErrConflict for
-// the outcomes callers act on; every other error (a lost connection, a
-// canceled context) comes back wrapped with the operation and its key, to be
-// logged and answered as an internal error. Context errors stay visible to
-// errors.Is.
+// file per table. Methods return the sentinels ErrNotFound, ErrConflict and
+// ErrUnavailable for the outcomes callers act on, and context.Canceled or
+// context.DeadlineExceeded when the context ended (a driver timeout
+// included); every error comes back wrapped with the operation and its key,
+// and all the rest is to be logged and answered as an internal error. No
+// caller needs to know the driver's errors.
+//
+// InTx runs several methods in one transaction, for changes that must
+// commit together.
 //
 // Ids are uuids passed and returned as text. Callers validate their syntax
 // first; a malformed id that reaches the database still reads as ErrNotFound.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -19,6 +21,10 @@ var (
 	// ErrConflict means the write would break a uniqueness rule, such as a
 	// taken username or a second active subscription.
 	ErrConflict = errors.New("conflict")
+	// ErrUnavailable means the database could not be reached, or the
+	// connection broke before an answer came: the operation may be retried
+	// later, and says nothing about the data.
+	ErrUnavailable = errors.New("database unavailable")
 )
 
 // Postgres error codes the store turns into sentinels
@@ -29,15 +35,45 @@ const (
 	codeInvalidTextRep      = "22P02"
 )
 
-// Store reads and writes sheba's tables. It is safe for concurrent use.
+// querier is what the store's methods run their SQL on: the pool, or the
+// transaction of InTx.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Store reads and writes sheba's tables. It is safe for concurrent use,
+// except a Store handed to the function of InTx, which belongs to that
+// function's goroutine and transaction.
 type Store struct {
 	pool *pgxpool.Pool
+	db   querier // pool, or the transaction of InTx
 }
 
 // New returns a Store that runs its queries on pool. The caller keeps
 // ownership of pool and closes it after the last use of the Store.
 func New(pool *pgxpool.Pool) *Store {
-	return &Store{pool: pool}
+	return &Store{pool: pool, db: pool}
+}
+
+// InTx runs fn in one transaction: every method of the Store that fn is
+// given runs in it, and they commit together when fn returns nil, or roll
+// back together when it returns an error (which InTx returns, translated as
+// every store error is). Changes that must not be seen one without the
+// other (a row and the event that announces it) go through here. Nested
+// calls run in the outer transaction.
+func (s *Store) InTx(ctx context.Context, fn func(tx *Store) error) error {
+	if _, inTx := s.db.(pgx.Tx); inTx {
+		return fn(s)
+	}
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		return fn(&Store{pool: s.pool, db: tx})
+	})
+	if err != nil {
+		return translate(err)
+	}
+	return nil
 }
 
 // Ping checks that the database answers a query.
@@ -46,21 +82,40 @@ func (s *Store) Ping(ctx context.Context) error {
 	// proves the server is serving.
 	var one int
 	if err := s.pool.QueryRow(ctx, `SELECT 1`).Scan(&one); err != nil {
-		return fmt.Errorf("ping database: %w", err)
+		return fmt.Errorf("ping database: %w", translate(err))
 	}
 	return nil
 }
 
 // translate turns the database errors that callers act on into sentinels and
-// returns every other error unchanged.
+// returns every other error unchanged, so that no caller needs to know the
+// driver.
 //
 // Each code means one thing in this schema: a unique violation is a taken
 // username or a second active subscription, a foreign key violation an
 // unknown account, and invalid text representation a malformed uuid, which
 // cannot name an existing row. The constraint name is kept for the logs.
+//
+// A driver timeout (a network deadline that pgx set from the context's) is
+// reported as context.DeadlineExceeded, the error callers already test for.
+// A connection that could not be made, or broke before the query was
+// answered, is ErrUnavailable; the driver's error stays wrapped for the log.
 func translate(err error) error {
+	if err == nil || errors.Is(err, ErrNotFound) || errors.Is(err, ErrConflict) || errors.Is(err, ErrUnavailable) {
+		return err
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ErrNotFound
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	if pgconn.Timeout(err) {
+		return fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
+	}
+	var connectErr *pgconn.ConnectError
+	if errors.As(err, &connectErr) || connectionLost(err) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
@@ -75,4 +130,13 @@ func translate(err error) error {
 		return fmt.Errorf("%w: %s", ErrNotFound, pgErr.Message)
 	}
 	return err
+}
+
+// connectionLost reports whether err says the connection to the database
+// broke (the server went away mid-query, or before the query was sent),
+// rather than that the query failed.
+func connectionLost(err error) bool {
+	var netErr *net.OpError
+	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
+		errors.As(err, &netErr) || pgconn.SafeToRetry(err)
 }

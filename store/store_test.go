@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/shebasvc/sheba/store"
 	"github.com/shebasvc/sheba/store/storetest"
@@ -84,5 +85,77 @@ func TestContextErrors(t *testing.T) {
 	}
 	if errors.Is(err, store.ErrNotFound) {
 		t.Errorf("GetAccount with a canceled context: got %v, want no ErrNotFound", err)
+	}
+}
+
+// TestUnavailable checks that a database that cannot be reached is
+// ErrUnavailable, whatever the driver said.
+func TestUnavailable(t *testing.T) {
+	t.Parallel()
+	pool, err := store.OpenPool(t.Context(), storetest.UnreachableURL(t), 2, tracenoop.NewTracerProvider())
+	if err != nil {
+		t.Fatalf("OpenPool: %v", err)
+	}
+	defer pool.Close()
+	s := store.New(pool)
+	if _, err := s.GetAccount(t.Context(), uuid.NewString()); !errors.Is(err, store.ErrUnavailable) {
+		t.Errorf("GetAccount on a closed port: got %v, want ErrUnavailable", err)
+	}
+	if err := s.Ping(t.Context()); !errors.Is(err, store.ErrUnavailable) {
+		t.Errorf("Ping on a closed port: got %v, want ErrUnavailable", err)
+	}
+}
+
+// TestInTx checks that the changes made in InTx commit together, or not at
+// all when the function fails, and that nested calls join the transaction.
+func TestInTx(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	ctx := t.Context()
+
+	var created store.Account
+	err := s.InTx(ctx, func(tx *store.Store) error {
+		a, err := tx.CreateAccount(ctx, "committed", "hash")
+		if err != nil {
+			return err
+		}
+		created = a
+		return tx.InTx(ctx, func(inner *store.Store) error {
+			_, err := inner.CreateSubscription(ctx, a.ID, "pro")
+			return err
+		})
+	})
+	if err != nil {
+		t.Fatalf("InTx: %v", err)
+	}
+	if _, err := s.GetActiveSubscription(ctx, created.ID); err != nil {
+		t.Errorf("subscription after commit: got %v, want it", err)
+	}
+
+	boom := errors.New("boom")
+	err = s.InTx(ctx, func(tx *store.Store) error {
+		if _, err := tx.CreateAccount(ctx, "rolled-back", "hash"); err != nil {
+			return err
+		}
+		// The transaction sees its own row before it ends.
+		if _, err := tx.GetAccountByUsername(ctx, "rolled-back"); err != nil {
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("InTx with a failing function: got %v, want boom", err)
+	}
+	if _, err := s.GetAccountByUsername(ctx, "rolled-back"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("account after rollback: got %v, want ErrNotFound", err)
+	}
+
+	// A sentinel from inside comes out as itself.
+	err = s.InTx(ctx, func(tx *store.Store) error {
+		_, err := tx.CreateAccount(ctx, "committed", "hash")
+		return err
+	})
+	if !errors.Is(err, store.ErrConflict) {
+		t.Errorf("InTx with a taken username: got %v, want ErrConflict", err)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"sync"
@@ -185,4 +186,18 @@ func randomHex() string {
 	var b [8]byte
 	rand.Read(b[:]) // never fails: crypto/rand crashes the program instead
 	return hex.EncodeToString(b[:])
+}
+
+// UnreachableURL returns the URL of a database that cannot be reached:
+// nothing listens on its port, so connecting fails at once.
+func UnreachableURL(tb testing.TB) string {
+	tb.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatalf("listen: %v", err)
+	}
+	addr := lis.Addr().String()
+	// The port was free a moment ago and nothing of ours takes it again.
+	lis.Close()
+	return "postgres://postgres@" + addr + "/none?sslmode=disable&connect_timeout=2"
 }

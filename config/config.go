@@ -153,7 +153,7 @@ func (e *Error) Error() string {
 	case e.Env != "":
 		b.WriteString(e.Env + ": ")
 	}
-	// The contract promises one line on stderr, and some wrapped errors
+	// The error must be one line on stderr, and some wrapped errors
 	// (yaml's among them) span several.
 	msg := strings.ReplaceAll(e.Msg, "\r", "")
 	b.WriteString(strings.TrimSpace(strings.ReplaceAll(msg, "\n", " ")))

@@ -1,4 +1,4 @@
-// Package config holds sheba's settings (CONTRACT.md §2): the Config
+// Package config holds sheba's settings (docs/configuration.md): the Config
 // struct with its defaults, loading from one YAML file plus environment
 // overrides, and validation.
 //

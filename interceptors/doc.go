@@ -1,4 +1,10 @@
 // Package interceptors holds sheba's own gRPC server interceptors, one
-// package per concern, for what go-grpc-middleware v2 lacks. The chain that
-// orders them is built in package server (unaryChain).
+// package per concern, for what go-grpc-middleware v2 lacks; each package's
+// doc.go says where it sits in the chain and which codes it returns.
+//
+// The chain that orders them is built once, in cmd/sheba (chain.go), and
+// serves both the grpc.Server and the REST gateway's in-process channel:
+// request log → metrics → recovery → auth → rate limits → concurrency →
+// timeout → failfast → handler. No package here imports another, except
+// the small shared ones (callinfo, retryafter) and the test helper.
 package interceptors

@@ -1,9 +1,14 @@
-// Package server implements the sheba.v1 services and serves them over gRPC
-// and, through the grpc-gateway, over REST.
+// Package server implements the sheba.v1 services: the handlers, and
+// nothing of the transports that carry them.
 //
-// Both transports reach the handlers through the same interceptor chain: the
-// grpc.Server applies it to network calls, and the gateway calls the
-// handlers over an in-process channel (inproc.go) that applies the same
-// chain. Handlers validate their input, make one store call and map the
-// store's sentinel errors to status codes in one place (errors.go).
+// A handler validates its input (validate.go: InvalidArgument with
+// google.rpc.BadRequest field violations), makes one store call, and maps
+// the store's sentinel errors to status codes through one table (errors.go).
+// Services.Register puts them on any grpc.ServiceRegistrar; cmd/sheba
+// registers them on the grpc.Server and on the REST gateway's in-process
+// channel (server/gateway), both behind the same interceptor chain. The
+// package imports no net/http, no gateway and no driver, so a handler is
+// tested with a store and no listener.
+//
+// The API, its input rules and its errors are described in docs/api.md.
 package server

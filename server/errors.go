@@ -3,11 +3,8 @@ package server
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
-	"net"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -21,41 +18,56 @@ type errMsgs struct {
 	conflict string // for store.ErrConflict
 }
 
+// errorRule is one row of the table from store errors to status codes.
+type errorRule struct {
+	err  error      // matched with errors.Is
+	code codes.Code // the answer's code
+	// msg returns the answer's message; "" means the handler did not
+	// expect this error, which then falls through to the next rows.
+	msg func(errMsgs) string
+	// warn logs the error: the client gets no detail, the operator does.
+	warn bool
+}
+
+// errorTable maps the errors the store returns to the codes of
+// docs/api.md#errors, first match wins. Anything it does not match is
+// Internal.
+var errorTable = []errorRule{
+	{err: store.ErrNotFound, code: codes.NotFound, msg: func(m errMsgs) string { return m.notFound }},
+	{err: store.ErrConflict, code: codes.AlreadyExists, msg: func(m errMsgs) string { return m.conflict }},
+	{err: context.DeadlineExceeded, code: codes.DeadlineExceeded, msg: fixed("deadline exceeded")},
+	{err: context.Canceled, code: codes.Canceled, msg: fixed("request canceled")},
+	// Say what is wrong without the driver's text: the client should retry
+	// later, not report a bug.
+	{err: store.ErrUnavailable, code: codes.Unavailable, msg: fixed("database unavailable"), warn: true},
+}
+
+func fixed(msg string) func(errMsgs) string {
+	return func(errMsgs) string { return msg }
+}
+
 // errorMapper turns store errors into status errors. It is the one place that
 // logs unexpected errors: the caller sees only "internal error".
 type errorMapper struct {
 	log *slog.Logger
 }
 
-// toStatus maps err to a status error with the code of contract §5. op names
-// the operation in the log line of an unexpected error.
+// toStatus maps err to a status error through errorTable. op names the
+// operation in the log line of an error the operator should see.
 func (m errorMapper) toStatus(ctx context.Context, op string, err error, msgs errMsgs) error {
-	var connectErr *pgconn.ConnectError
-	switch {
-	case errors.Is(err, store.ErrNotFound) && msgs.notFound != "":
-		return status.Error(codes.NotFound, msgs.notFound)
-	case errors.Is(err, store.ErrConflict) && msgs.conflict != "":
-		return status.Error(codes.AlreadyExists, msgs.conflict)
-	case errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err):
-		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
-	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, "request canceled")
-	case errors.As(err, &connectErr) || connectionLost(err):
-		// Say what is wrong without the driver's text: the client should
-		// retry later, not report a bug.
-		m.log.WarnContext(ctx, "database unavailable", "op", op, "error", err)
-		return status.Error(codes.Unavailable, "database unavailable")
-	default:
-		m.log.ErrorContext(ctx, "internal error", "op", op, "error", err)
-		return status.Error(codes.Internal, "internal error")
+	for _, r := range errorTable {
+		if !errors.Is(err, r.err) {
+			continue
+		}
+		msg := r.msg(msgs)
+		if msg == "" {
+			continue
+		}
+		if r.warn {
+			m.log.WarnContext(ctx, msg, "op", op, "error", err)
+		}
+		return status.Error(r.code, msg)
 	}
-}
-
-// connectionLost reports whether err says the connection to the database
-// broke (the server went away mid-query, or before the query was sent),
-// rather than that the query failed.
-func connectionLost(err error) bool {
-	var netErr *net.OpError
-	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
-		errors.As(err, &netErr) || pgconn.SafeToRetry(err)
+	m.log.ErrorContext(ctx, "internal error", "op", op, "error", err)
+	return status.Error(codes.Internal, "internal error")
 }

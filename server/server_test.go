@@ -2,321 +2,209 @@ package server_test
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
-	"io"
 	"log/slog"
-	"net"
-	"net/http"
+	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	spb "google.golang.org/genproto/googleapis/rpc/status"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/shebasvc/sheba/config"
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/server"
 	"github.com/shebasvc/sheba/store"
 	"github.com/shebasvc/sheba/store/storetest"
 )
 
-// The API key every test client sends unless told otherwise.
-const (
-	testKey   = "test-key-0123456789abcdefghijklmnopqrstuv"
-	testKeyID = "test"
-)
+// The handlers are tested here as plain Go calls on a real store, with no
+// listener and no chain; cmd/sheba tests them again end to end over both
+// transports.
 
-func keyEntry(id, key string) config.APIKey {
-	sum := sha256.Sum256([]byte(key))
-	return config.APIKey{ID: id, SHA256: hex.EncodeToString(sum[:])}
+func TestMain(m *testing.M) {
+	os.Exit(storetest.Run(m))
 }
 
-// withKey sends key as x-api-key on every call that brings no credentials of
-// its own.
-func withKey(key string) grpc.DialOption {
-	return grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		md, _ := metadata.FromOutgoingContext(ctx)
-		if len(md.Get("x-api-key")) == 0 && len(md.Get("authorization")) == 0 {
-			ctx = metadata.AppendToOutgoingContext(ctx, "x-api-key", key)
-		}
-		return invoker(ctx, method, req, reply, cc, opts...)
-	})
-}
-
-// testEnv is a sheba server on real listeners over its own database, and
-// clients for both transports.
-type testEnv struct {
-	baseURL  string
-	grpcAddr string
-	httpAddr string
-	pool     *pgxpool.Pool    // the server's pool
-	conn     *grpc.ClientConn // sends testKey
-	anon     *grpc.ClientConn // sends no key
-	ping     shebav1.PingServiceClient
-	account  shebav1.AccountServiceClient
-	sub      shebav1.SubscriptionServiceClient
-	health   healthpb.HealthClient
-	logs     *syncBuffer
-	// stop cancels the context of Serve, as SIGTERM does in cmd/sheba, and
-	// returns what Serve returned once it has. Later calls return the same.
-	stop func() error
-}
-
-func newTestEnv(t *testing.T, mutate ...func(*config.Config)) *testEnv {
+// newServices returns the services over a fresh database, and what they
+// logged.
+func newServices(t *testing.T) (*server.Services, *strings.Builder) {
 	t.Helper()
-	return newTestEnvWith(t, nil, nil, mutate...)
+	return newServicesOn(t, store.New(storetest.NewPool(t)))
 }
 
-// newTestEnvWith is newTestEnv with server options, and spans of the calls
-// and their queries going to tp (if not nil).
-func newTestEnvWith(t *testing.T, tp trace.TracerProvider, opts []server.Option, mutate ...func(*config.Config)) *testEnv {
+func newServicesOn(t *testing.T, st *store.Store) (*server.Services, *strings.Builder) {
 	t.Helper()
-	return startTestEnv(t, envSetup{tp: tp, opts: opts, mutate: mutate})
-}
-
-// envSetup says how startTestEnv builds a testEnv.
-type envSetup struct {
-	tp     trace.TracerProvider // nil: no tracing
-	opts   []server.Option
-	mutate []func(*config.Config)
-	// poolURL, if set, rewrites the URL of the test database before the
-	// server's pool uses it (to send it through a proxy, say).
-	poolURL func(string) string
-}
-
-// startTestEnv starts a server over a fresh database as setup says. It is
-// stopped, and Serve must have returned nil, when the test ends.
-func startTestEnv(t *testing.T, setup envSetup) *testEnv {
-	t.Helper()
-	url := storetest.NewDatabase(t)
-	if setup.poolURL != nil {
-		url = setup.poolURL(url)
-	}
-	tp := setup.tp
-	if tp == nil {
-		tp = tracenoop.NewTracerProvider()
-	}
-	opts := append(setup.opts, server.WithTracerProvider(tp))
-	pool, err := store.OpenPool(context.Background(), url, 8, tp)
+	var logs strings.Builder
+	s, err := server.New(st, server.Options{Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
-		t.Fatalf("pool: %v", err)
-	}
-	t.Cleanup(pool.Close)
-
-	cfg := config.Default()
-	cfg.Database.URL = url
-	cfg.Shutdown.Timeout = 10 * time.Second
-	cfg.Auth.Keys = []config.APIKey{keyEntry(testKeyID, testKey)}
-	for _, m := range setup.mutate {
-		m(&cfg)
-	}
-	logs := &syncBuffer{}
-	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	ctx, cancel := context.WithCancel(context.Background())
-	srv, err := server.New(ctx, cfg, store.New(pool), log, append([]server.Option{server.WithHealthInterval(500 * time.Millisecond)}, opts...)...)
-	if err != nil {
-		cancel()
 		t.Fatalf("server.New: %v", err)
 	}
-	grpcLis := listen(t)
-	httpLis := listen(t)
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, grpcLis, httpLis) }()
-	stop := sync.OnceValue(func() error {
-		cancel()
-		return <-done
-	})
-
-	conn, err := grpc.NewClient(grpcLis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()), withKey(testKey))
-	if err != nil {
-		t.Fatalf("grpc client: %v", err)
-	}
-	anon, err := grpc.NewClient(grpcLis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatalf("grpc client: %v", err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		anon.Close()
-		if err := stop(); err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	return &testEnv{
-		baseURL:  "http://" + httpLis.Addr().String(),
-		grpcAddr: grpcLis.Addr().String(),
-		httpAddr: httpLis.Addr().String(),
-		pool:     pool,
-		conn:     conn,
-		anon:     anon,
-		ping:     shebav1.NewPingServiceClient(conn),
-		account:  shebav1.NewAccountServiceClient(conn),
-		sub:      shebav1.NewSubscriptionServiceClient(conn),
-		health:   healthpb.NewHealthClient(conn),
-		logs:     logs,
-		stop:     stop,
-	}
+	return s, &logs
 }
 
-func listen(t *testing.T) net.Listener {
+// wantCode fails the test unless err has code want and, if field is not
+// empty, a BadRequest violation of that field.
+func wantCode(t *testing.T, what string, err error, want codes.Code, field string) {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: %v", err)
+	st := status.Convert(err)
+	if st.Code() != want {
+		t.Fatalf("%s: got %v, want %v", what, err, want)
 	}
-	return lis
-}
-
-// count runs a SELECT count(*) query against the server's database.
-func (e *testEnv) count(t *testing.T, query string, args ...any) int {
-	t.Helper()
-	var n int
-	if err := e.pool.QueryRow(t.Context(), query, args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", query, err)
+	if field == "" {
+		return
 	}
-	return n
-}
-
-// restResponse is what a REST client sees.
-type restResponse struct {
-	code   int
-	header http.Header
-	body   []byte
-}
-
-// do sends a REST request with a JSON body (none if body is "") and testKey
-// in x-api-key. header holds name, value pairs that are set on top; an empty
-// value removes the header.
-func (e *testEnv) do(t *testing.T, method, path, body string, header ...string) restResponse {
-	t.Helper()
-	var r io.Reader
-	if body != "" {
-		r = strings.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(t.Context(), method, e.baseURL+path, r)
-	if err != nil {
-		t.Fatalf("request: %v", err)
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("X-Api-Key", testKey)
-	for i := 0; i+1 < len(header); i += 2 {
-		if header[i+1] == "" {
-			req.Header.Del(header[i])
-			continue
-		}
-		req.Header.Set(header[i], header[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("read body: %v", err)
-	}
-	return restResponse{code: resp.StatusCode, header: resp.Header, body: b}
-}
-
-// json decodes the body into a generic map.
-func (r restResponse) json(t *testing.T) map[string]any {
-	t.Helper()
-	var m map[string]any
-	if err := json.Unmarshal(r.body, &m); err != nil {
-		t.Fatalf("body %q is not a JSON object: %v", r.body, err)
-	}
-	return m
-}
-
-// status decodes a google.rpc.Status error body.
-func (r restResponse) status(t *testing.T) *spb.Status {
-	t.Helper()
-	var st spb.Status
-	if err := protojson.Unmarshal(r.body, &st); err != nil {
-		t.Fatalf("body %q is not a google.rpc.Status: %v", r.body, err)
-	}
-	return &st
-}
-
-// wantREST checks an HTTP status code.
-func wantCode(t *testing.T, r restResponse, want int) {
-	t.Helper()
-	if r.code != want {
-		t.Fatalf("got HTTP %d, want %d; body %s", r.code, want, r.body)
-	}
-}
-
-// wantRESTError checks an error answer: HTTP code, Status code and, if
-// field is not empty, a BadRequest violation of that field.
-func wantRESTError(t *testing.T, r restResponse, httpCode int, code codes.Code, field string) *spb.Status {
-	t.Helper()
-	wantCode(t, r, httpCode)
-	st := r.status(t)
-	if codes.Code(st.GetCode()) != code {
-		t.Fatalf("got status code %v, want %v; body %s", codes.Code(st.GetCode()), code, r.body)
-	}
-	if field != "" && !hasViolation(status.FromProto(st), field) {
-		t.Fatalf("no field violation for %q in %s", field, r.body)
-	}
-	return st
-}
-
-// wantGRPCError checks a gRPC error's code and, if field is not empty, its
-// BadRequest violation of that field.
-func wantGRPCError(t *testing.T, err error, code codes.Code, field string) {
-	t.Helper()
-	st, _ := status.FromError(err)
-	if st.Code() != code {
-		t.Fatalf("got %v (%v), want code %v", st.Code(), err, code)
-	}
-	if field != "" && !hasViolation(st, field) {
-		t.Fatalf("no field violation for %q in %v", field, st.Details())
-	}
-}
-
-func hasViolation(st *status.Status, field string) bool {
 	for _, d := range st.Details() {
 		if br, ok := d.(*errdetails.BadRequest); ok {
 			for _, v := range br.GetFieldViolations() {
 				if v.GetField() == field {
-					return true
+					return
 				}
 			}
 		}
 	}
-	return false
+	t.Errorf("%s: no violation of field %q in %v", what, field, st.Details())
 }
 
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
+func TestAccounts(t *testing.T) {
+	t.Parallel()
+	s, _ := newServices(t)
+	ctx := t.Context()
+	acc := s.Account()
+
+	created, err := acc.CreateAccount(ctx, &shebav1.CreateAccountRequest{Username: "alice", Password: "correct horse"})
+	if err != nil {
+		t.Fatalf("CreateAccount: %v", err)
+	}
+	id := created.GetAccount().GetId()
+	got, err := acc.GetAccount(ctx, &shebav1.GetAccountRequest{AccountId: strings.ToUpper(id)})
+	if err != nil {
+		t.Fatalf("GetAccount by the upper-case id: %v", err)
+	}
+	if got.GetAccount().GetUsername() != "alice" || got.GetAccount().GetId() != id {
+		t.Errorf("GetAccount: got %v, want alice with id %s", got.GetAccount(), id)
+	}
+	login, err := acc.Login(ctx, &shebav1.LoginRequest{Username: "alice", Password: "correct horse"})
+	if err != nil || login.GetAccount().GetId() != id {
+		t.Fatalf("Login: got %v, %v; want the account", login, err)
+	}
+
+	for _, test := range []struct {
+		name  string
+		call  func() error
+		code  codes.Code
+		field string
+	}{
+		{"taken username", func() error {
+			_, err := acc.CreateAccount(ctx, &shebav1.CreateAccountRequest{Username: "alice", Password: "another one"})
+			return err
+		}, codes.AlreadyExists, ""},
+		{"bad username", func() error {
+			_, err := acc.CreateAccount(ctx, &shebav1.CreateAccountRequest{Username: "Al", Password: "another one"})
+			return err
+		}, codes.InvalidArgument, "username"},
+		{"short password", func() error {
+			_, err := acc.CreateAccount(ctx, &shebav1.CreateAccountRequest{Username: "bob", Password: "short"})
+			return err
+		}, codes.InvalidArgument, "password"},
+		{"wrong password", func() error {
+			_, err := acc.Login(ctx, &shebav1.LoginRequest{Username: "alice", Password: "wrong horse"})
+			return err
+		}, codes.Unauthenticated, ""},
+		{"unknown user", func() error {
+			_, err := acc.Login(ctx, &shebav1.LoginRequest{Username: "nobody", Password: "wrong horse"})
+			return err
+		}, codes.Unauthenticated, ""},
+		{"unknown id", func() error {
+			_, err := acc.GetAccount(ctx, &shebav1.GetAccountRequest{AccountId: "00000000-0000-4000-8000-000000000000"})
+			return err
+		}, codes.NotFound, ""},
+		{"malformed id", func() error {
+			_, err := acc.GetAccount(ctx, &shebav1.GetAccountRequest{AccountId: "42"})
+			return err
+		}, codes.InvalidArgument, "account_id"},
+	} {
+		t.Run(test.name, func(t *testing.T) {
+			wantCode(t, test.name, test.call(), test.code, test.field)
+		})
+	}
 }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
+func TestSubscriptions(t *testing.T) {
+	t.Parallel()
+	s, _ := newServices(t)
+	ctx := t.Context()
+	created, err := s.Account().CreateAccount(ctx, &shebav1.CreateAccountRequest{Username: "carol", Password: "correct horse"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := created.GetAccount().GetId()
+	sub := s.Subscription()
+
+	if _, err := sub.CreateSubscription(ctx, &shebav1.CreateSubscriptionRequest{AccountId: id, Plan: "pro"}); err != nil {
+		t.Fatalf("CreateSubscription: %v", err)
+	}
+	_, err = sub.CreateSubscription(ctx, &shebav1.CreateSubscriptionRequest{AccountId: id, Plan: "pro"})
+	wantCode(t, "second active subscription", err, codes.AlreadyExists, "")
+	_, err = sub.CreateSubscription(ctx, &shebav1.CreateSubscriptionRequest{AccountId: "00000000-0000-4000-8000-000000000000", Plan: "Pro!"})
+	wantCode(t, "bad plan on an unknown account", err, codes.InvalidArgument, "plan")
+
+	canceled, err := sub.CancelSubscription(ctx, &shebav1.CancelSubscriptionRequest{AccountId: id})
+	if err != nil {
+		t.Fatalf("CancelSubscription: %v", err)
+	}
+	if got := canceled.GetSubscription().GetStatus(); got != shebav1.SubscriptionStatus_SUBSCRIPTION_STATUS_CANCELED || canceled.GetSubscription().GetCancelTime() == nil {
+		t.Errorf("canceled subscription: got status %v, cancel time %v", got, canceled.GetSubscription().GetCancelTime())
+	}
+	_, err = sub.GetSubscription(ctx, &shebav1.GetSubscriptionRequest{AccountId: id})
+	wantCode(t, "get after cancel", err, codes.NotFound, "")
+
+	// Three subscriptions in pages of two: a token, then the last page.
+	for range 2 {
+		if _, err := sub.CreateSubscription(ctx, &shebav1.CreateSubscriptionRequest{AccountId: id, Plan: "pro"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sub.CancelSubscription(ctx, &shebav1.CancelSubscriptionRequest{AccountId: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, err := sub.ListSubscriptions(ctx, &shebav1.ListSubscriptionsRequest{PageSize: 2})
+	if err != nil || len(first.GetSubscriptions()) != 2 || first.GetNextPageToken() == "" {
+		t.Fatalf("first page: got %v, %v; want 2 rows and a token", first, err)
+	}
+	last, err := sub.ListSubscriptions(ctx, &shebav1.ListSubscriptionsRequest{PageSize: 2, PageToken: first.GetNextPageToken()})
+	if err != nil || len(last.GetSubscriptions()) != 1 || last.GetNextPageToken() != "" {
+		t.Fatalf("last page: got %v, %v; want 1 row and no token", last, err)
+	}
+	_, err = sub.ListSubscriptions(ctx, &shebav1.ListSubscriptionsRequest{PageToken: first.GetNextPageToken(), Plan: "basic"})
+	wantCode(t, "token with another filter", err, codes.InvalidArgument, "page_token")
 }
 
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+// TestStoreErrors checks the error table on the errors a store gives when
+// the database is away or the deadline has passed: the code says what to
+// do, the message nothing of the driver.
+func TestStoreErrors(t *testing.T) {
+	t.Parallel()
+	pool, err := store.OpenPool(t.Context(), storetest.UnreachableURL(t), 2, tracenoop.NewTracerProvider())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s, logs := newServicesOn(t, store.New(pool))
+
+	_, err = s.Account().GetAccount(t.Context(), &shebav1.GetAccountRequest{AccountId: "00000000-0000-4000-8000-000000000000"})
+	wantCode(t, "database away", err, codes.Unavailable, "")
+	if msg := status.Convert(err).Message(); msg != "database unavailable" {
+		t.Errorf("database away: message %q, want %q", msg, "database unavailable")
+	}
+	if !strings.Contains(logs.String(), "get account") {
+		t.Errorf("database away: the operation is not logged: %q", logs.String())
+	}
+
+	live, _ := newServices(t)
+	ctx, cancel := context.WithDeadline(t.Context(), time.Now().Add(-time.Second))
+	defer cancel()
+	_, err = live.Subscription().GetSubscription(ctx, &shebav1.GetSubscriptionRequest{AccountId: "00000000-0000-4000-8000-000000000000"})
+	wantCode(t, "deadline passed", err, codes.DeadlineExceeded, "")
 }

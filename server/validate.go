@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// The input rules of contract §4.
+// The input rules of docs/api.md.
 var (
 	usernameRE = regexp.MustCompile(`^[a-z0-9._-]{3,64}$`)
 	planRE     = regexp.MustCompile(`^[a-z0-9-]{1,64}$`)
@@ -79,7 +79,7 @@ func (v *violations) checkID(field, id string) string {
 	return u.String()
 }
 
-// checkPageSize applies the page_size rules of contract §4.
+// checkPageSize applies the page_size rules of docs/api.md.
 func (v *violations) checkPageSize(field string, size int32) int {
 	switch {
 	case size < 0:

@@ -11,9 +11,9 @@ import (
 	"os/signal"
 	"syscall"
 
-	_ "google.golang.org/grpc/encoding/gzip" // the gzip compressor for gRPC (contract §5)
+	_ "google.golang.org/grpc/encoding/gzip" // the gzip compressor for gRPC
 
-	"github.com/shebasvc/sheba/server/grpczstd"
+	"github.com/shebasvc/sheba/codec/grpczstd"
 )
 
 // Set at link time by the Makefile (-ldflags -X).

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shebasvc/sheba/codec/grpczstd"
 	"github.com/shebasvc/sheba/gen/openapiv2"
 	"github.com/shebasvc/sheba/store/storetest"
 )
@@ -29,6 +30,9 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0)
 	}
+	// gRPC compressors are registered once per process, before any
+	// server, as main does.
+	grpczstd.Register()
 	os.Exit(m.Run())
 }
 

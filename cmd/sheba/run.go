@@ -19,7 +19,6 @@ import (
 
 	"github.com/shebasvc/sheba/config"
 	"github.com/shebasvc/sheba/gen/openapiv2"
-	"github.com/shebasvc/sheba/server"
 	"github.com/shebasvc/sheba/store"
 )
 
@@ -62,7 +61,7 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 		_, err := io.WriteString(stdout, openapiv2.Document)
 		return err
 	case "apikey":
-		return apikey(rest, stdout)
+		return apikeyCmd(rest, stdout)
 	case "version":
 		if err := noArgs(flag.NewFlagSet(cmd, flag.ContinueOnError), rest); err != nil {
 			return err
@@ -139,7 +138,7 @@ func serve(ctx context.Context, args []string, lookup func(string) (string, bool
 		return fmt.Errorf("tracing: %w", err)
 	}
 	defer func() {
-		// Spans of the last requests leave before exit (contract §7).
+		// Spans of the last requests leave before exit.
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		if err := flush(fctx); err != nil {
@@ -152,7 +151,7 @@ func serve(ctx context.Context, args []string, lookup func(string) (string, bool
 	}
 	defer pool.Close()
 
-	srv, err := server.New(ctx, cfg, store.New(pool), log, server.WithTracerProvider(tp))
+	srv, err := newService(ctx, cfg, log, serviceDeps{store: store.New(pool), tracerProvider: tp})
 	if err != nil {
 		return err
 	}
@@ -166,7 +165,7 @@ func serve(ctx context.Context, args []string, lookup func(string) (string, bool
 		grpcLis.Close()
 		return fmt.Errorf("listen http.addr: %w", err)
 	}
-	return srv.Serve(ctx, grpcLis, httpLis)
+	return srv.serve(ctx, grpcLis, httpLis)
 }
 
 func migrate(ctx context.Context, args []string, lookup func(string) (string, bool), stdout io.Writer) error {
@@ -215,7 +214,7 @@ func migrate(ctx context.Context, args []string, lookup func(string) (string, bo
 	return tw.Flush()
 }
 
-func apikey(args []string, stdout io.Writer) error {
+func apikeyCmd(args []string, stdout io.Writer) error {
 	if len(args) == 0 || args[0] != "new" {
 		return usagef("apikey: want 'apikey new --id NAME'")
 	}

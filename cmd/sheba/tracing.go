@@ -16,7 +16,7 @@ import (
 // (OTLP over gRPC or HTTP), the sampler from OTEL_TRACES_SAMPLER, the
 // service name from OTEL_SERVICE_NAME (default "sheba"). With none of
 // OTEL_TRACES_EXPORTER and OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT set, tracing
-// is off and costs nothing (contract §6). flush sends the spans
+// is off and costs nothing (docs/observability.md#traces). flush sends the spans
 // still buffered and stops the exporter.
 func newTracerProvider(ctx context.Context, lookup func(string) (string, bool)) (tp trace.TracerProvider, flush func(context.Context) error, err error) {
 	on := false

@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/shebasvc/sheba/interceptors/ratelimit"
+	"github.com/shebasvc/sheba/interceptors/retryafter"
 )
 
 // Limiter counts the calls in flight against a maximum. A bare atomic
@@ -66,7 +66,7 @@ func UnaryServerInterceptor(l *Limiter, opts ...Option) grpc.UnaryServerIntercep
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if !l.TryAcquire() {
 			o.onReject(ctx)
-			ratelimit.SetRetryAfter(ctx, time.Second)
+			retryafter.Set(ctx, time.Second)
 			return nil, errShed
 		}
 		defer l.Release()

@@ -2,15 +2,14 @@ package ratelimit
 
 import (
 	"context"
-	"math"
-	"strconv"
 	"time"
 
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/shebasvc/sheba/interceptors/retryafter"
 )
 
 // Limiter decides whether a call may proceed now. When it may not, it says
@@ -50,21 +49,11 @@ func UnaryServerInterceptor(l Limiter, opts ...Option) grpc.UnaryServerIntercept
 		ok, wait := l.Allow(ctx)
 		if !ok {
 			o.onReject(ctx)
-			SetRetryAfter(ctx, wait)
+			retryafter.Set(ctx, wait)
 			return nil, rejected
 		}
 		return handler(ctx, req)
 	}
-}
-
-// SetRetryAfter sets the retry-after response metadata of the call in ctx to
-// wait rounded up to whole seconds, at least 1. Other rejecting interceptors
-// use it too, since every rejection carries it.
-func SetRetryAfter(ctx context.Context, wait time.Duration) {
-	secs := max(1, int64(math.Ceil(wait.Seconds())))
-	// Fails only outside a server call (a direct test call); the rejection
-	// stands without the hint.
-	_ = grpc.SetHeader(ctx, metadata.Pairs("retry-after", strconv.FormatInt(secs, 10)))
 }
 
 // Bucket is a token bucket over all callers. It is safe for concurrent use.

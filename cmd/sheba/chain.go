@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/shebasvc/sheba/config"
+	"github.com/shebasvc/sheba/interceptors/apikey"
+	"github.com/shebasvc/sheba/interceptors/callinfo"
+	"github.com/shebasvc/sheba/interceptors/concurrency"
+	"github.com/shebasvc/sheba/interceptors/failfast"
+	"github.com/shebasvc/sheba/interceptors/metrics"
+	"github.com/shebasvc/sheba/interceptors/ratelimit"
+	"github.com/shebasvc/sheba/interceptors/requestlog"
+	"github.com/shebasvc/sheba/interceptors/timeout"
+	"github.com/shebasvc/sheba/server/gateway"
+)
+
+// chainDeps are the parts of the chain, each built once from its own config
+// section.
+type chainDeps struct {
+	limits config.Limits
+	// authn checks API keys; keyIDs are the ids of the configured keys.
+	authn    *apikey.Authenticator
+	keyIDs   []string
+	log      *slog.Logger
+	inflight *concurrency.Limiter
+	metrics  *metrics.Metrics
+	// dbUp reports whether the database answers; needsDB lists the methods
+	// that cannot answer without it.
+	dbUp    func() bool
+	needsDB map[string]bool
+	// hook, if set, runs innermost, around the handler (tests only).
+	hook func(ctx context.Context, method string) error
+}
+
+// unaryChain builds the one interceptor chain of every business call. The
+// grpc.Server and the gateway's in-process channel both use it, so every
+// rule holds on REST exactly as on gRPC. Tracing is not in it: the otelgrpc
+// stats handler (gRPC) and otelhttp (REST) wrap the whole chain. Order,
+// outermost first:
+//
+//   - request id + log: outermost, so the one log line sees the final code.
+//   - metrics: sees every outcome, rejections and recovered panics included.
+//   - recovery: a panic anywhere inside becomes Internal "internal error",
+//     logged with its stack, and is still logged and counted.
+//   - auth: cheap, and gives the caller id to everything after it; then
+//     identify copies it where the log, the metrics and the span see it.
+//   - global rate, then per-key rate: a call over its rate never takes an
+//     in-flight slot.
+//   - concurrency: sheds at once what exceeds limits.max_inflight.
+//   - timeout: so only the handler's time counts against it.
+//   - failfast: while the database is down, the calls that need it
+//     answer Unavailable at once rather than at their deadline.
+func unaryChain(d chainDeps) grpc.UnaryServerInterceptor {
+	links := chainLinks(d)
+	interceptors := make([]grpc.UnaryServerInterceptor, len(links))
+	for i, l := range links {
+		interceptors[i] = l.interceptor
+	}
+	return chainUnary(interceptors...)
+}
+
+// link is one named interceptor of the chain.
+type link struct {
+	name        string
+	interceptor grpc.UnaryServerInterceptor
+}
+
+// chainLinks returns the interceptors of unaryChain in order; rate limits
+// that are off (rate 0) are left out.
+func chainLinks(d chainDeps) []link {
+	m := d.metrics
+
+	links := []link{
+		{"request_log", requestlog.UnaryServerInterceptor(d.log, requestlog.WithTransport(transportOf))},
+		{"grpc_metrics", m.GRPCUnaryServerInterceptor()},
+		{"request_metrics", m.UnaryServerInterceptor()},
+		{"recovery", recovery.UnaryServerInterceptor(recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
+			d.log.ErrorContext(ctx, "panic in handler", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			return status.Error(codes.Internal, "internal error")
+		}))},
+		{"auth", auth.UnaryServerInterceptor(d.authn.Authenticate)},
+		{"identify", identify},
+	}
+	if l := d.limits; l.Rate > 0 {
+		links = append(links, link{"rate", ratelimit.UnaryServerInterceptor(
+			ratelimit.NewBucket(l.Rate, l.Burst),
+			ratelimit.WithOnReject(m.Rejected(metrics.ReasonRate)),
+		)})
+	}
+	if l := d.limits; l.PerKeyRate > 0 {
+		links = append(links, link{"key_rate", ratelimit.UnaryServerInterceptor(
+			ratelimit.NewPerKey(l.PerKeyRate, l.PerKeyBurst, d.keyIDs, apikey.IDFromContext),
+			ratelimit.WithMessage("rate limit of this API key exceeded"),
+			ratelimit.WithOnReject(m.Rejected(metrics.ReasonKeyRate)),
+		)})
+	}
+	links = append(links,
+		link{"inflight", concurrency.UnaryServerInterceptor(d.inflight, concurrency.WithOnReject(m.Rejected(metrics.ReasonInflight)))},
+		link{"timeout", timeout.UnaryServerInterceptor(d.limits.Timeout)},
+		link{"failfast", failfast.UnaryServerInterceptor(d.dbUp, d.needsDB, "database unavailable")},
+	)
+	if d.hook != nil {
+		links = append(links, link{"test_hook", func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+			if err := d.hook(ctx, info.FullMethod); err != nil {
+				return nil, err
+			}
+			return handler(ctx, req)
+		}})
+	}
+	return links
+}
+
+// transportOf tells a REST call (over the in-process channel) from a gRPC
+// one, and names the peer: the HTTP client's address, which the gateway
+// passes as x-forwarded-for, or the gRPC connection's.
+func transportOf(ctx context.Context) (transport, peerAddr string) {
+	if gateway.IsInProcess(ctx) {
+		if v := metadata.ValueFromIncomingContext(ctx, "x-forwarded-for"); len(v) > 0 {
+			peerAddr = v[0]
+		}
+		return "rest", peerAddr
+	}
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		peerAddr = p.Addr.String()
+	}
+	return "grpc", peerAddr
+}
+
+// identify records the authenticated caller for the request log, the
+// metrics and the trace.
+func identify(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if id := apikey.IDFromContext(ctx); id != "" {
+		if ci := callinfo.FromContext(ctx); ci != nil {
+			ci.CallerID = id
+		}
+		if span := trace.SpanFromContext(ctx); span.IsRecording() {
+			span.SetAttributes(attribute.String("sheba.api_key_id", id))
+		}
+	}
+	return handler(ctx, req)
+}
+
+// chainUnary composes interceptors into one, the first outermost. It exists
+// because grpc.ChainUnaryInterceptor is a grpc.ServerOption, while the
+// in-process channel takes a single interceptor; composing once gives both
+// the same chain.
+func chainUnary(interceptors ...grpc.UnaryServerInterceptor) grpc.UnaryServerInterceptor {
+	if len(interceptors) == 1 {
+		return interceptors[0]
+	}
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		return interceptors[0](ctx, req, info, nextHandler(interceptors[1:], info, handler))
+	}
+}
+
+func nextHandler(rest []grpc.UnaryServerInterceptor, info *grpc.UnaryServerInfo, final grpc.UnaryHandler) grpc.UnaryHandler {
+	if len(rest) == 0 {
+		return final
+	}
+	return func(ctx context.Context, req any) (any, error) {
+		return rest[0](ctx, req, info, nextHandler(rest[1:], info, final))
+	}
+}

@@ -1,0 +1,277 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/shebasvc/sheba/config"
+	"github.com/shebasvc/sheba/interceptors/apikey"
+	"github.com/shebasvc/sheba/interceptors/concurrency"
+	"github.com/shebasvc/sheba/interceptors/metrics"
+	"github.com/shebasvc/sheba/server"
+	"github.com/shebasvc/sheba/server/gateway"
+	"github.com/shebasvc/sheba/server/health"
+	"github.com/shebasvc/sheba/store"
+)
+
+// service is sheba assembled: the services, the chain, both servers and the
+// health checker, each built from its own config section. It owns start and
+// shutdown.
+type service struct {
+	log      *slog.Logger
+	shutdown config.Shutdown
+	health   *health.Checker
+	grpc     *grpc.Server
+	http     *http.Server
+}
+
+// serviceDeps are the parts of a service that do not come from the config.
+type serviceDeps struct {
+	store *store.Store
+	// tracerProvider gets the spans of every call; nil means no tracing.
+	tracerProvider trace.TracerProvider
+	// healthInterval is how often the database is pinged (default 2s).
+	healthInterval time.Duration
+	// hook, if set, runs around every handler, inside the whole chain
+	// (tests count, slow down or break handlers with it).
+	hook func(ctx context.Context, method string) error
+}
+
+// newService builds every part of sheba from cfg. It connects nowhere: the
+// database may be down at start, and the service then starts not ready.
+func newService(ctx context.Context, cfg config.Config, log *slog.Logger, d serviceDeps) (*service, error) {
+	if d.healthInterval == 0 {
+		d.healthInterval = 2 * time.Second
+	}
+	// With tracing off, the instrumentation is left out rather than run
+	// against a no-op provider: it allocates on every call all the same.
+	if _, off := d.tracerProvider.(tracenoop.TracerProvider); off {
+		d.tracerProvider = nil
+	}
+	services, err := server.New(d.store, server.Options{Log: log})
+	if err != nil {
+		return nil, err
+	}
+	checker := health.NewChecker(d.store.Ping, d.healthInterval, server.ServiceNames())
+
+	// Each service has its own registry, served at GET /metrics.
+	registry := prometheus.NewRegistry()
+	m, err := metrics.New(registry, server.Methods())
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	inflight := concurrency.NewLimiter(cfg.Limits.MaxInflight)
+	if err := registerCollectors(registry, d.store.PoolCollector(), inflight); err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	authn, keyIDs, err := newAuthenticator(cfg.Auth, m)
+	if err != nil {
+		return nil, err
+	}
+	chain := unaryChain(chainDeps{
+		limits:   cfg.Limits,
+		authn:    authn,
+		keyIDs:   keyIDs,
+		log:      log,
+		inflight: inflight,
+		metrics:  m,
+		dbUp:     checker.DatabaseUp,
+		needsDB:  server.DatabaseMethods(),
+		hook:     d.hook,
+	})
+
+	grpcServer := newGRPCServer(cfg.GRPC, cfg.HTTP.MaxBodyBytes, chain, d.tracerProvider)
+	services.Register(grpcServer)
+	healthpb.RegisterHealthServer(grpcServer, checker.Service())
+	if cfg.GRPC.Reflection {
+		reflection.Register(grpcServer)
+	}
+	m.InitializeServer(grpcServer)
+
+	channel := gateway.NewChannel(chain)
+	services.Register(channel)
+	rest, err := gateway.New(ctx, channel, gateway.Options{
+		MaxBodyBytes:     cfg.HTTP.MaxBodyBytes,
+		CompressMinBytes: cfg.Compression.MinBytes,
+		TracerProvider:   d.tracerProvider,
+	})
+	if err != nil {
+		return nil, err
+	}
+	handler := gateway.Handler(rest, gateway.Operator{
+		Ready: checker,
+		Metrics: promhttp.HandlerFor(registry, promhttp.HandlerOpts{
+			// OpenMetrics carries the exemplars (trace ids) of the histograms.
+			EnableOpenMetrics: true,
+			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		}),
+	})
+	return &service{
+		log:      log,
+		shutdown: cfg.Shutdown,
+		health:   checker,
+		grpc:     grpcServer,
+		http:     newHTTPServer(handler, log),
+	}, nil
+}
+
+// newAuthenticator parses the configured key hashes, once, into the API-key
+// check; it returns the key ids too, for the per-key limits.
+func newAuthenticator(c config.Auth, m *metrics.Metrics) (*apikey.Authenticator, []string, error) {
+	keys := make([]apikey.Key, len(c.Keys))
+	ids := make([]string, len(c.Keys))
+	for i, k := range c.Keys {
+		key, err := apikey.ParseKey(k.ID, k.SHA256)
+		if err != nil {
+			return nil, nil, fmt.Errorf("auth.keys[%d]: %w", i, err)
+		}
+		keys[i], ids[i] = key, k.ID
+	}
+	return apikey.New(keys, c.Public, apikey.WithOnReject(m.Rejected(metrics.ReasonUnauthenticated))), ids, nil
+}
+
+// newGRPCServer returns the grpc.Server with the chain on the sheba.v1
+// services, messages bounded to maxMsg bytes, and a span per call when tp is
+// not nil.
+func newGRPCServer(_ config.GRPC, maxMsg int64, chain grpc.UnaryServerInterceptor, tp trace.TracerProvider) *grpc.Server {
+	business := map[string]bool{}
+	for _, name := range server.ServiceNames() {
+		business[name] = true
+	}
+	opts := []grpc.ServerOption{
+		// The chain is for business calls only: grpc.health.v1 (and
+		// reflection) answer without a key, limits or shedding, like the
+		// operator endpoints on HTTP, so probes work under any load.
+		grpc.UnaryInterceptor(selector.UnaryServerInterceptor(chain, selector.MatchFunc(
+			func(_ context.Context, c interceptors.CallMeta) bool { return business[c.Service] },
+		))),
+		grpc.MaxRecvMsgSize(int(maxMsg)),
+	}
+	if tp != nil {
+		opts = append(opts, grpc.StatsHandler(otelgrpc.NewServerHandler(
+			otelgrpc.WithTracerProvider(tp),
+			otelgrpc.WithPropagators(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})),
+			// Call metrics come from the Prometheus interceptors.
+			otelgrpc.WithMeterProvider(metricnoop.NewMeterProvider()),
+		)))
+	}
+	return grpc.NewServer(opts...)
+}
+
+// newHTTPServer returns the HTTP server of the REST gateway and the
+// operator endpoints.
+func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}
+
+// registerCollectors registers the collectors beyond the call metrics: the
+// in-flight gauge, the database pool, the Go runtime and the process.
+func registerCollectors(reg prometheus.Registerer, pool prometheus.Collector, inflight *concurrency.Limiter) error {
+	for _, c := range []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sheba_inflight_requests",
+			Help: "Business requests running now (REST and gRPC together).",
+		}, func() float64 { return float64(inflight.InFlight()) }),
+		pool,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// serve serves gRPC on grpcLis and HTTP on httpLis until ctx is done, then
+// shuts down gracefully (docs/operations.md#shutdown): readiness turns
+// false, the drain delay passes, the listeners close, and in-flight
+// requests finish, all within shutdown.timeout. It returns an error if a
+// listener failed or the shutdown ran out of time.
+func (s *service) serve(ctx context.Context, grpcLis, httpLis net.Listener) error {
+	// The checker outlives ctx: readiness must stay false while draining.
+	healthCtx, stopHealth := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopHealth()
+	go s.health.Run(healthCtx)
+
+	errc := make(chan error, 2)
+	go func() { errc <- s.grpc.Serve(grpcLis) }()
+	go func() {
+		if err := s.http.Serve(httpLis); !errors.Is(err, http.ErrServerClosed) {
+			errc <- err
+			return
+		}
+		errc <- nil
+	}()
+	s.log.InfoContext(ctx, "serving", "grpc_addr", grpcLis.Addr().String(), "http_addr", httpLis.Addr().String())
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errc:
+		serveErr = fmt.Errorf("serve: %w", serveErr)
+	}
+	return errors.Join(serveErr, s.stop())
+}
+
+// stop drains and stops both servers within shutdown.timeout.
+func (s *service) stop() error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.shutdown.Timeout)
+	defer cancel()
+	s.log.Info("shutting down", "drain_delay", s.shutdown.DrainDelay.String(), "timeout", s.shutdown.Timeout.String())
+	s.health.Shutdown()
+
+	// Load balancers see the failing readiness before the listeners close.
+	select {
+	case <-time.After(s.shutdown.DrainDelay):
+	case <-ctx.Done():
+	}
+	s.health.EndWatches()
+
+	grpcDone := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(grpcDone)
+	}()
+	httpErr := s.http.Shutdown(ctx)
+	select {
+	case <-grpcDone:
+	case <-ctx.Done():
+		s.grpc.Stop()
+		<-grpcDone
+	}
+	if ctx.Err() != nil {
+		_ = s.http.Close()
+		return fmt.Errorf("shutdown: in-flight requests cut after %s", s.shutdown.Timeout)
+	}
+	if httpErr != nil {
+		return fmt.Errorf("shutdown http: %w", httpErr)
+	}
+	s.log.Info("shut down")
+	return nil
+}

@@ -1,0 +1,13 @@
+// Package failfast answers at once, rather than at the deadline, the calls
+// that need a dependency while that dependency is down.
+//
+// A health checker elsewhere decides whether the dependency (Postgres) is
+// up; while it is not, the calls that need it answer Unavailable at once
+// instead of each waiting for its deadline on connection attempts, and the
+// calls that do not need it (a ping) still run.
+//
+// It sits innermost, just before the handler, so a call it refuses has been
+// authenticated, limited and counted like any other.
+//
+// Codes: Unavailable.
+package failfast

@@ -1,0 +1,138 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/shebasvc/sheba/codec/cborpb"
+	"github.com/shebasvc/sheba/codec/httpcompress"
+	"github.com/shebasvc/sheba/gen/openapiv2"
+	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
+)
+
+// Options configures the REST handler.
+type Options struct {
+	// MaxBodyBytes bounds a request body, as sent and after decompression:
+	// 413 beyond it.
+	MaxBodyBytes int64
+	// CompressMinBytes is the smallest answer that is compressed for a
+	// client that accepts gzip or zstd.
+	CompressMinBytes int
+	// TracerProvider, if not nil, gets an HTTP server span per request,
+	// named by its route; nil leaves tracing out.
+	TracerProvider trace.TracerProvider
+}
+
+// New returns the REST handler of the sheba.v1 API: grpc-gateway's mux
+// calling the services over conn (a Channel, so that every call passes the
+// interceptor chain), behind the HTTP guards: 413 for a body over the limit,
+// 415 for a type it cannot decode, Accept negotiation between JSON and CBOR,
+// request decompression and answer compression.
+func New(ctx context.Context, conn grpc.ClientConnInterface, o Options) (http.Handler, error) {
+	routes, err := newRouteTable(openapiv2.Document)
+	if err != nil {
+		return nil, err
+	}
+	jsonpb := &runtime.JSONPb{
+		MarshalOptions: protojson.MarshalOptions{
+			// Empty lists and strings are shown (an empty
+			// nextPageToken marks the last page); unset messages
+			// such as cancelTime stay absent.
+			EmitDefaultValues: true,
+		},
+		UnmarshalOptions: protojson.UnmarshalOptions{
+			// Unknown fields are a client's mistake: answer 400.
+			DiscardUnknown: false,
+		},
+	}
+	gw := runtime.NewServeMux(
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, jsonpb),
+		// By name too, so that negotiateAccept can choose JSON for a
+		// CBOR body.
+		runtime.WithMarshalerOption("application/json", jsonpb),
+		// CBOR for clients that ask for it (Content-Type or Accept), with
+		// the JSON mapping's shape.
+		runtime.WithMarshalerOption(cborpb.MediaType, &cborpb.Marshaler{}),
+		runtime.WithIncomingHeaderMatcher(incomingHeader),
+		runtime.WithOutgoingHeaderMatcher(outgoingHeader),
+		runtime.WithErrorHandler(errorHandler),
+		runtime.WithRoutingErrorHandler(routes.routingError),
+		// A form-encoded POST is not a GET in disguise: it is answered 415.
+		runtime.WithDisablePathLengthFallback(),
+	)
+	for _, register := range []func() error{
+		func() error {
+			return shebav1.RegisterPingServiceHandlerClient(ctx, gw, shebav1.NewPingServiceClient(conn))
+		},
+		func() error {
+			return shebav1.RegisterAccountServiceHandlerClient(ctx, gw, shebav1.NewAccountServiceClient(conn))
+		},
+		func() error {
+			return shebav1.RegisterSubscriptionServiceHandlerClient(ctx, gw, shebav1.NewSubscriptionServiceClient(conn))
+		},
+	} {
+		if err := register(); err != nil {
+			return nil, fmt.Errorf("register gateway handler: %w", err)
+		}
+	}
+
+	codec, err := httpcompress.NewHandler(gw,
+		httpcompress.WithMinBytes(o.CompressMinBytes),
+		httpcompress.WithMaxRequestBytes(o.MaxBodyBytes),
+		httpcompress.WithErrorWriter(func(w http.ResponseWriter, r *http.Request, httpStatus int, msg string) {
+			code := codes.InvalidArgument
+			if httpStatus == http.StatusRequestEntityTooLarge {
+				code = codes.ResourceExhausted
+			}
+			writeError(gw, w, r, &runtime.HTTPStatusError{HTTPStatus: httpStatus, Err: status.Error(code, msg)})
+		}),
+	)
+	if err != nil {
+		return nil, err
+	}
+	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The answer is JSON or CBOR by Accept: caches must key on it.
+		w.Header().Add("Vary", "Accept")
+		negotiateAccept(r.Header)
+		if span := trace.SpanFromContext(r.Context()); span.IsRecording() {
+			if route := routes.template(r.Method, r.URL.Path); route != "" {
+				span.SetAttributes(semconv.HTTPRoute(route))
+			}
+		}
+		if unsupportedType(gw, w, r) {
+			return
+		}
+		r, answered := limitBody(gw, w, r, o.MaxBodyBytes)
+		if answered {
+			return
+		}
+		codec.ServeHTTP(w, r)
+	})
+	if o.TracerProvider != nil {
+		h = otelhttp.NewHandler(h, "rest",
+			otelhttp.WithTracerProvider(o.TracerProvider),
+			otelhttp.WithPropagators(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})),
+			// Call metrics come from the Prometheus interceptors.
+			otelhttp.WithMeterProvider(metricnoop.NewMeterProvider()),
+			otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
+				if route := routes.template(r.Method, r.URL.Path); route != "" {
+					return r.Method + " " + route
+				}
+				return r.Method
+			}),
+		)
+	}
+	return h, nil
+}

@@ -6,8 +6,8 @@ import (
 )
 
 // poolCollector exposes pgxpool statistics as sheba_db_pool_* metrics.
-// Written here rather than taken from a library because the contract fixes
-// the sheba_db_pool_ names, which the existing pgxpool collectors do not
+// Written here rather than taken from a library because the sheba_db_pool_
+// names are fixed (docs/observability.md#metrics), which the existing pgxpool collectors do not
 // let us choose.
 type poolCollector struct {
 	stat  func() *pgxpool.Stat

@@ -209,7 +209,7 @@ func registerCollectors(reg prometheus.Registerer, pool prometheus.Collector, in
 }
 
 // serve serves gRPC on grpcLis and HTTP on httpLis until ctx is done, then
-// shuts down gracefully (docs/operations.md#shutdown): readiness turns
+// shuts down gracefully (docs/operations.md#graceful-shutdown): readiness turns
 // false, the drain delay passes, the listeners close, and in-flight
 // requests finish, all within shutdown.timeout. It returns an error if a
 // listener failed or the shutdown ran out of time.

@@ -15,7 +15,7 @@ type Operator struct {
 	Metrics http.Handler
 }
 
-// Handler serves the operator endpoints (docs/operations.md#endpoints),
+// Handler serves the operator endpoints (docs/operations.md#ports-and-endpoints),
 // which no key, limit or shedding ever touches, and everything else with
 // rest.
 func Handler(rest http.Handler, op Operator) http.Handler {

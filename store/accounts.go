@@ -30,7 +30,7 @@ func scanAccount(row pgx.CollectableRow) (Account, error) {
 // ErrConflict if the username is taken.
 func (s *Store) CreateAccount(ctx context.Context, username, passwordHash string) (Account, error) {
 	// Errors from Query surface through rows; the Collect functions return them.
-	rows, _ := s.db.Query(ctx, `
+	rows, _ := s.db(ctx).Query(ctx, `
 		INSERT INTO accounts (username, password_hash)
 		VALUES ($1, $2)
 		RETURNING id, username, password_hash, create_time`,
@@ -44,7 +44,7 @@ func (s *Store) CreateAccount(ctx context.Context, username, passwordHash string
 
 // GetAccount returns the account with the given id, or ErrNotFound.
 func (s *Store) GetAccount(ctx context.Context, id string) (Account, error) {
-	rows, _ := s.db.Query(ctx, `
+	rows, _ := s.db(ctx).Query(ctx, `
 		SELECT id, username, password_hash, create_time
 		FROM accounts
 		WHERE id = $1`,
@@ -59,7 +59,7 @@ func (s *Store) GetAccount(ctx context.Context, id string) (Account, error) {
 // GetAccountByUsername returns the account with the given username, or
 // ErrNotFound.
 func (s *Store) GetAccountByUsername(ctx context.Context, username string) (Account, error) {
-	rows, _ := s.db.Query(ctx, `
+	rows, _ := s.db(ctx).Query(ctx, `
 		SELECT id, username, password_hash, create_time
 		FROM accounts
 		WHERE username = $1`,

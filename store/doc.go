@@ -10,7 +10,9 @@
 // caller needs to know the driver's errors.
 //
 // InTx runs several methods in one transaction, for changes that must
-// commit together.
+// commit together: the transaction rides in the context, so every method
+// called with that context joins it, and TxFromContext hands it to other
+// packages that write in it.
 //
 // Ids are uuids passed and returned as text. Callers validate their syntax
 // first; a malformed id that reaches the database still reads as ErrNotFound.

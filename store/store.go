@@ -43,32 +43,51 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// Store reads and writes sheba's tables. It is safe for concurrent use,
-// except a Store handed to the function of InTx, which belongs to that
-// function's goroutine and transaction.
+// Store reads and writes sheba's tables. It is safe for concurrent use.
 type Store struct {
 	pool *pgxpool.Pool
-	db   querier // pool, or the transaction of InTx
 }
 
 // New returns a Store that runs its queries on pool. The caller keeps
 // ownership of pool and closes it after the last use of the Store.
 func New(pool *pgxpool.Pool) *Store {
-	return &Store{pool: pool, db: pool}
+	return &Store{pool: pool}
 }
 
-// InTx runs fn in one transaction: every method of the Store that fn is
-// given runs in it, and they commit together when fn returns nil, or roll
-// back together when it returns an error (which InTx returns, translated as
-// every store error is). Changes that must not be seen one without the
-// other (a row and the event that announces it) go through here. Nested
-// calls run in the outer transaction.
-func (s *Store) InTx(ctx context.Context, fn func(tx *Store) error) error {
-	if _, inTx := s.db.(pgx.Tx); inTx {
-		return fn(s)
+type txKey struct{}
+
+// TxFromContext returns the transaction that InTx put in ctx, for packages
+// that write in the same transaction with their own tools (a job queue's
+// InsertTx, say).
+func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
+	tx, ok := ctx.Value(txKey{}).(pgx.Tx)
+	return tx, ok
+}
+
+// db returns what a method called with ctx runs its SQL on: the transaction
+// of InTx, or the pool.
+func (s *Store) db(ctx context.Context) querier {
+	if tx, ok := TxFromContext(ctx); ok {
+		return tx
+	}
+	return s.pool
+}
+
+// InTx runs fn in one transaction: every method of the Store called with
+// the context fn is given runs in it, and they commit together when fn
+// returns nil, or roll back together when it returns an error (which InTx
+// returns, translated as every store error is). Changes that must not be
+// seen one without the other (a row, the event that announces it, the
+// record of the request that made it) go through here. A call of InTx with
+// a context that already carries a transaction runs fn in that one, so the
+// outermost caller decides when it commits. The context fn is given must
+// not outlive fn.
+func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context) error) error {
+	if _, ok := TxFromContext(ctx); ok {
+		return fn(ctx)
 	}
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		return fn(&Store{pool: s.pool, db: tx})
+		return fn(context.WithValue(ctx, txKey{}, tx))
 	})
 	if err != nil {
 		return translate(err)

@@ -114,14 +114,17 @@ func TestInTx(t *testing.T) {
 	ctx := t.Context()
 
 	var created store.Account
-	err := s.InTx(ctx, func(tx *store.Store) error {
-		a, err := tx.CreateAccount(ctx, "committed", "hash")
+	err := s.InTx(ctx, func(ctx context.Context) error {
+		if _, ok := store.TxFromContext(ctx); !ok {
+			t.Error("the context of InTx's function carries no transaction")
+		}
+		a, err := s.CreateAccount(ctx, "committed", "hash")
 		if err != nil {
 			return err
 		}
 		created = a
-		return tx.InTx(ctx, func(inner *store.Store) error {
-			_, err := inner.CreateSubscription(ctx, a.ID, "pro")
+		return s.InTx(ctx, func(ctx context.Context) error {
+			_, err := s.CreateSubscription(ctx, a.ID, "pro")
 			return err
 		})
 	})
@@ -133,13 +136,16 @@ func TestInTx(t *testing.T) {
 	}
 
 	boom := errors.New("boom")
-	err = s.InTx(ctx, func(tx *store.Store) error {
-		if _, err := tx.CreateAccount(ctx, "rolled-back", "hash"); err != nil {
+	err = s.InTx(ctx, func(txCtx context.Context) error {
+		if _, err := s.CreateAccount(txCtx, "rolled-back", "hash"); err != nil {
 			return err
 		}
-		// The transaction sees its own row before it ends.
-		if _, err := tx.GetAccountByUsername(ctx, "rolled-back"); err != nil {
+		// The transaction sees its own row before it ends; the pool does not.
+		if _, err := s.GetAccountByUsername(txCtx, "rolled-back"); err != nil {
 			return err
+		}
+		if _, err := s.GetAccountByUsername(ctx, "rolled-back"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("uncommitted account seen outside the transaction: %v", err)
 		}
 		return boom
 	})
@@ -151,8 +157,8 @@ func TestInTx(t *testing.T) {
 	}
 
 	// A sentinel from inside comes out as itself.
-	err = s.InTx(ctx, func(tx *store.Store) error {
-		_, err := tx.CreateAccount(ctx, "committed", "hash")
+	err = s.InTx(ctx, func(ctx context.Context) error {
+		_, err := s.CreateAccount(ctx, "committed", "hash")
 		return err
 	})
 	if !errors.Is(err, store.ErrConflict) {

@@ -52,7 +52,7 @@ func (s *Store) CreateSubscription(ctx context.Context, accountID, plan string) 
 	// One statement, no look first: the partial unique index on active
 	// subscriptions decides between concurrent creates, and the foreign key
 	// decides whether the account exists.
-	rows, _ := s.db.Query(ctx, `
+	rows, _ := s.db(ctx).Query(ctx, `
 		INSERT INTO subscriptions (account_id, plan, status)
 		VALUES ($1, $2, 'active')
 		RETURNING id, account_id, plan, status, create_time, cancel_time`,
@@ -69,7 +69,7 @@ func (s *Store) CreateSubscription(ctx context.Context, accountID, plan string) 
 func (s *Store) GetActiveSubscription(ctx context.Context, accountID string) (Subscription, error) {
 	// The status predicate matches the partial unique index, which answers
 	// this query.
-	rows, _ := s.db.Query(ctx, `
+	rows, _ := s.db(ctx).Query(ctx, `
 		SELECT id, account_id, plan, status, create_time, cancel_time
 		FROM subscriptions
 		WHERE account_id = $1 AND status = 'active'`,
@@ -87,7 +87,7 @@ func (s *Store) GetActiveSubscription(ctx context.Context, accountID string) (Su
 func (s *Store) CancelSubscription(ctx context.Context, accountID string) (Subscription, error) {
 	// One UPDATE: of two concurrent cancels, the second waits for the row
 	// lock, re-checks status and matches nothing, so it gets ErrNotFound.
-	rows, _ := s.db.Query(ctx, `
+	rows, _ := s.db(ctx).Query(ctx, `
 		UPDATE subscriptions
 		SET status = 'canceled', cancel_time = now()
 		WHERE account_id = $1 AND status = 'active'
@@ -156,7 +156,7 @@ func (s *Store) ListSubscriptions(ctx context.Context, p ListSubscriptionsParams
 		ORDER BY create_time DESC, id DESC
 		LIMIT ` + arg(p.Limit)
 
-	rows, _ := s.db.Query(ctx, sql, args...)
+	rows, _ := s.db(ctx).Query(ctx, sql, args...)
 	subs, err := pgx.CollectRows(rows, scanSubscription)
 	if err != nil {
 		return nil, fmt.Errorf("list subscriptions (plan %q): %w", p.Plan, translate(err))

@@ -20,7 +20,9 @@ build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/sheba
 
 # Serve with config/dev.yaml. Without DATABASE_URL a dev Postgres under .data/
-# is started (or reused) first.
+# is started (or reused) first: scripts/pg.sh installs the Postgres server when
+# it is missing and we are root, and keeps the cluster under /var/tmp when the
+# postgres user cannot reach this clone (root's 0700 home).
 run: build
 	@if [ -z "$$DATABASE_URL" ]; then \
 		url=$$(bash scripts/pg.sh dev) || exit 1; \
@@ -28,7 +30,8 @@ run: build
 	fi; \
 	exec ./$(BIN) serve --config config/dev.yaml --migrate
 
-# Every test, against a throwaway Postgres that scripts/pg.sh starts and removes.
+# Every test, against a throwaway Postgres that scripts/pg.sh starts and removes
+# (installing the server first when it is missing and we are root).
 test:
 	bash scripts/pg.sh test -- $(GO) test $(TESTFLAGS) $(PKGS)
 
@@ -66,10 +69,12 @@ lint:
 
 # Load benchmarks (bench/README.md): sheba beside bare baselines, about 4
 # minutes; SCENARIO=ping-rest (or a comma list) runs only those, and
-# BENCHFLAGS passes other flags (e.g. BENCHFLAGS="-pairs 5 -d 10s").
+# BENCHFLAGS passes other flags (e.g. BENCHFLAGS="-pairs 5 -d 10s"). The
+# driver runs on the throwaway Postgres of scripts/pg.sh, like the tests.
 bench:
-	$(GO) run ./bench/cmd/sheba-bench -go "$(GO)" $(if $(SCENARIO),-scenario "$(SCENARIO)") $(BENCHFLAGS)
+	bash scripts/pg.sh test -- $(GO) run ./bench/cmd/sheba-bench -go "$(GO)" $(if $(SCENARIO),-scenario "$(SCENARIO)") $(BENCHFLAGS)
 
+# Stops the dev Postgres of make run (in .data/, or its folder under /var/tmp).
 dev-db-stop:
 	bash scripts/pg.sh dev-stop
 

@@ -1,26 +1,37 @@
 #!/usr/bin/env bash
 # pg.sh runs the Postgres clusters that sheba's tests and local development use.
 #
-#   scripts/pg.sh test -- CMD ARGS...  start a throwaway cluster, export
-#                                      SHEBA_TEST_DATABASE_URL, run CMD, then
-#                                      stop the cluster and delete it; exits
-#                                      with CMD's status
+#   scripts/pg.sh test -- CMD ARGS...  start a throwaway cluster, run CMD with
+#                                      SHEBA_TEST_DATABASE_URL (its superuser
+#                                      URL), SHEBA_TEST_PGDATA (its data folder),
+#                                      SHEBA_TEST_PGLOG (its server log) and
+#                                      PG_BINDIR (the binaries it runs on)
+#                                      exported, then stop the cluster and
+#                                      delete it; exits with CMD's status
 #   scripts/pg.sh dev                  start (or reuse) the persistent cluster in
 #                                      .data/pg, create database "sheba" and print
 #                                      its URL on stdout (and nothing else)
 #   scripts/pg.sh dev-stop             stop the persistent cluster
 #
 # Postgres binaries come from $PG_BINDIR, else the newest
-# /usr/lib/postgresql/*/bin, else `pg_config --bindir`, else PATH. initdb
-# refuses to run as root, so as root every server command runs as the
-# "postgres" user. The superuser is always named "postgres", so the URLs are the
-# same whoever runs the script. Both clusters trust every local connection:
-# they are for tests and development only and listen on 127.0.0.1.
+# /usr/lib/postgresql/*/bin, else `pg_config --bindir`, else PATH. When there
+# are none, root with apt-get installs Debian's "postgresql" package; anyone
+# else is told what to install. initdb refuses to run as root, so as root
+# every server command runs as the "postgres" user. The dev cluster lives in
+# the clone's .data/, unless the postgres user cannot reach that folder (a
+# clone under root's 0700 home): then it lives in a folder of its own under
+# /var/tmp, named after a hash of the clone's path, so later dev and dev-stop
+# calls find it again. The superuser is always named "postgres", so the URLs
+# are the same whoever runs the script. Both clusters trust every local
+# connection: they are for tests and development only and listen on
+# 127.0.0.1.
 #
 # Sourcing the file defines the functions without running anything.
 set -euo pipefail
 
-readonly PG_NOT_FOUND='postgres server binaries not found: install them (Debian: apt-get install postgresql) or set PG_BINDIR'
+# The one line said when there are no server binaries and we cannot install them.
+PG_INSTALL_HINT="Postgres server not found: install it (Debian: $( ((EUID == 0)) || echo 'sudo ')apt-get install postgresql) or set PG_BINDIR to the folder of its initdb, pg_ctl, postgres and psql"
+readonly PG_INSTALL_HINT
 
 log() {
 	printf 'pg.sh: %s\n' "$*" >&2
@@ -40,14 +51,12 @@ has_server_binaries() {
 	done
 }
 
-# find_bindir prints the directory of the Postgres server binaries.
+# find_bindir prints the directory of the Postgres server binaries, or fails
+# quietly.
 find_bindir() {
 	if [[ -n "${PG_BINDIR:-}" ]]; then
 		# An explicit choice that does not work is an error, not a reason to guess.
-		has_server_binaries "$PG_BINDIR" || {
-			printf '%s\n' "$PG_NOT_FOUND" >&2
-			return 1
-		}
+		has_server_binaries "$PG_BINDIR" || return 1
 		printf '%s\n' "$PG_BINDIR"
 		return 0
 	fi
@@ -73,8 +82,45 @@ find_bindir() {
 			return 0
 		fi
 	fi
-	printf '%s\n' "$PG_NOT_FOUND" >&2
 	return 1
+}
+
+# has_apt succeeds when apt-get can be run.
+has_apt() {
+	local p
+	p=$(command -v apt-get 2>/dev/null) && [[ -x $p ]]
+}
+
+# install_postgres installs Debian's server package with apt-get, its output
+# in a log that is shown only when it fails.
+install_postgres() {
+	log 'Postgres server not found: installing it with apt-get (postgresql)'
+	local out
+	out=$(mktemp "${TMPDIR:-/tmp}/sheba-apt.XXXXXX")
+	if ! { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+		-o DPkg::Lock::Timeout=300 postgresql; } >"$out" 2>&1 </dev/null; then
+		tail -n 20 "$out" >&2
+		rm -f "$out"
+		die 'apt-get could not install postgresql (its output is above)'
+	fi
+	rm -f "$out"
+}
+
+# ensure_bindir [--no-install] sets BINDIR, installing the server first when
+# it is missing and we are root with apt-get; otherwise it says what to
+# install and exits.
+ensure_bindir() {
+	if BINDIR=$(find_bindir); then
+		return 0
+	fi
+	if [[ -n "${PG_BINDIR:-}" ]]; then
+		die "PG_BINDIR=$PG_BINDIR lacks initdb, pg_ctl, postgres or psql: point it at the Postgres server binaries or unset it"
+	fi
+	if [[ "${1:-}" == --no-install ]] || ((EUID != 0)) || ! has_apt; then
+		die "$PG_INSTALL_HINT"
+	fi
+	install_postgres
+	BINDIR=$(find_bindir) || die "apt-get installed postgresql but its server binaries are still not found: set PG_BINDIR"
 }
 
 # as_owner runs a command as the user that owns the clusters: "postgres" when
@@ -164,8 +210,8 @@ cmd_test() {
 		shift
 	fi
 	(($# > 0)) || die 'usage: pg.sh test -- CMD ARGS...'
+	ensure_bindir
 	check_owner
-	BINDIR=$(find_bindir) || exit 1
 
 	TEST_DIR=$(mktemp -d "${TMPDIR:-/tmp}/sheba-pg.XXXXXX")
 	trap test_cleanup EXIT
@@ -215,6 +261,9 @@ cmd_test() {
 	fi
 
 	export SHEBA_TEST_DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
+	# For commands that drive the cluster themselves (make bench: pgbench,
+	# psql, the postmaster's pid and log).
+	export PG_BINDIR="$BINDIR" SHEBA_TEST_PGDATA="$TEST_DIR/data" SHEBA_TEST_PGLOG="$TEST_DIR/postgres.log"
 	log "throwaway Postgres on 127.0.0.1:$port ($TEST_DIR)"
 
 	local status=0
@@ -225,15 +274,63 @@ cmd_test() {
 # ----------------------------------------------------------------- dev mode
 
 repo_root() {
-	(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+	(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 }
 
-# dev_paths sets DATA_DIR, PG_DIR, PORT_FILE and LOG_FILE for the repo.
-dev_paths() {
-	DATA_DIR="$(repo_root)/.data"
+# owner_reaches DIR succeeds when the cluster's owner can open DIR.
+owner_reaches() {
+	((EUID != 0)) || as_owner test -x "$1" 2>/dev/null
+}
+
+# outside_dir prints the folder that holds the dev cluster of this clone when
+# the clone is closed to the postgres user: under /var/tmp (kept across
+# reboots, like .data/), named after the clone's path so that every call from
+# the same clone finds the same folder.
+outside_dir() {
+	local base=/var/tmp hash
+	[[ -d $base ]] || base=/tmp
+	hash=$(printf '%s' "$(repo_root)" | sha256sum | cut -c1-16)
+	printf '%s/sheba-dev-%s\n' "$base" "$hash"
+}
+
+# make_outside_dir DIR creates DIR, or takes it as it is when it is a real
+# folder of ours that no one else can write to: the name is predictable and
+# the parent open to all, so anything else may have been put there by another
+# user.
+make_outside_dir() {
+	local dir=$1 mode
+	mkdir -m 755 "$dir" 2>/dev/null || true
+	mode=$(stat -c %A "$dir" 2>/dev/null) || mode=
+	if [[ -L $dir || ! -d $dir || ! -O $dir || ${mode:5:1} == w || ${mode:8:1} == w ]]; then
+		die "$dir is not a folder that only $(id -un) owns and can write to: remove it and try again"
+	fi
+}
+
+# set_dev_paths DIR sets DATA_DIR, PG_DIR, PORT_FILE and LOG_FILE.
+set_dev_paths() {
+	DATA_DIR=$1
 	PG_DIR="$DATA_DIR/pg"
 	PORT_FILE="$DATA_DIR/pg.port"
 	LOG_FILE="$DATA_DIR/pg.log"
+}
+
+# dev_paths chooses the dev cluster's folder, creating it: the clone's .data/
+# when the cluster's owner can reach it, else outside_dir (said on one line).
+dev_paths() {
+	local repo
+	repo=$(repo_root)
+	set_dev_paths "$repo/.data"
+	if ((EUID != 0)); then
+		mkdir -p "$DATA_DIR"
+		return 0
+	fi
+	if owner_reaches "$repo"; then
+		mkdir -p -m 755 "$DATA_DIR"
+		owner_reaches "$DATA_DIR" && return 0
+	fi
+	set_dev_paths "$(outside_dir)"
+	make_outside_dir "$DATA_DIR"
+	log "the postgres user cannot reach $repo: the dev cluster lives in $DATA_DIR"
 }
 
 # dev_running succeeds when the dev cluster's server is up.
@@ -251,15 +348,10 @@ dev_lock() {
 }
 
 cmd_dev() {
+	ensure_bindir
 	check_owner
-	BINDIR=$(find_bindir) || exit 1
 	dev_paths
-	mkdir -p "$DATA_DIR"
 	dev_lock
-
-	if ((EUID == 0)) && ! runuser -u postgres -- test -x "$DATA_DIR"; then
-		die "the postgres user cannot reach $DATA_DIR: make the folders above it traversable (chmod o+x) or run 'scripts/pg.sh test -- CMD' instead"
-	fi
 
 	if [[ ! -f "$PG_DIR/PG_VERSION" ]]; then
 		log "creating the dev cluster in $PG_DIR"
@@ -314,20 +406,34 @@ cmd_dev() {
 	printf 'postgres://postgres@127.0.0.1:%s/sheba?sslmode=disable\n' "$port"
 }
 
+# cmd_dev_stop stops the dev cluster wherever dev may have put it: as root
+# both the clone's .data/ and its folder under /var/tmp are looked at, so a
+# clone whose permissions changed since still has its server stopped.
 cmd_dev_stop() {
-	BINDIR=$(find_bindir) || exit 1
-	dev_paths
-	if [[ ! -d "$DATA_DIR" ]]; then
-		log 'no dev cluster'
-		return 0
+	local dir dirs found=false
+	dirs=("$(repo_root)/.data")
+	if ((EUID == 0)); then
+		dirs+=("$(outside_dir)")
 	fi
-	dev_lock
-	if dev_running; then
-		as_owner "$BINDIR/pg_ctl" stop --pgdata="$PG_DIR" --mode=fast --wait --silent
-		log 'stopped the dev Postgres'
-	else
-		log 'the dev Postgres is not running'
-	fi
+	for dir in "${dirs[@]}"; do
+		[[ -f "$dir/pg/PG_VERSION" ]] || continue
+		if ! $found; then
+			found=true
+			# A cluster to stop needs no install: only look for what is there.
+			ensure_bindir --no-install
+		fi
+		set_dev_paths "$dir"
+		(
+			dev_lock
+			if dev_running; then
+				as_owner "$BINDIR/pg_ctl" stop --pgdata="$PG_DIR" --mode=fast --wait --silent
+				log "stopped the dev Postgres in $PG_DIR"
+			else
+				log "the dev Postgres in $PG_DIR is not running"
+			fi
+		)
+	done
+	$found || log 'no dev cluster'
 }
 
 main() {

@@ -1,7 +1,9 @@
 // Command sheba-bench is `make bench`: it builds sheba and the bare
-// baselines under bench/baseline, starts them and a throwaway Postgres on
-// 127.0.0.1, and runs the load scenarios of issue 6, alternating sheba and
-// its baseline run by run (A B A B ...) so that drift cancels in the ratio.
+// baselines under bench/baseline, starts them on 127.0.0.1 against the
+// throwaway Postgres of scripts/pg.sh test (under which it runs, re-executing
+// itself there when started by hand), and runs the load scenarios of issue
+// 6, alternating sheba and its baseline run by run (A B A B ...) so that
+// drift cancels in the ratio.
 // It prints a markdown table and writes the raw numbers, with the machine's
 // facts, to bench/results/<UTC time>.json.
 //
@@ -109,7 +111,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.loadCPU, "load-cpu", 1, "CPU of the load generators (-1: no pinning)")
 	fs.StringVar(&o.resultsDir, "results", "bench/results", "folder of the JSON results")
 	fs.StringVar(&o.goCmd, "go", "go", "go command")
-	fs.BoolVar(&o.keep, "keep", false, "keep the run's temporary folder (logs, configs, the Postgres cluster)")
+	fs.BoolVar(&o.keep, "keep", false, "keep the run's temporary folder (logs, configs, a copy of the Postgres log)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return o, err
@@ -194,6 +196,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	if b.self, err = os.Executable(); err != nil {
 		return err
 	}
+	if b.pg, err = postgresFromEnv(); err != nil {
+		return err
+	}
+	if b.pg == nil {
+		return reexecUnderPGSH(b.repo, b.self, args)
+	}
 	if p, err := exec.LookPath("taskset"); err == nil && opts.serverCPU >= 0 && opts.loadCPU >= 0 {
 		b.pin.taskset = p
 	} else {
@@ -219,28 +227,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 			return err
 		}
 	}
-	if b.bins.pgBindir, err = findPGBindir(); err != nil {
-		return err
-	}
+	b.bins.pgBindir = b.pg.bindir
 	if want("get-subscription") {
 		if b.bins.pgbench, err = findPgbench(b.bins.pgBindir); err != nil {
 			return err
 		}
 	}
 
-	base := ""
-	if os.Geteuid() == 0 {
-		base = "/tmp" // the postgres user must reach the cluster's folder
-	}
-	if b.dir, err = os.MkdirTemp(base, "sheba-bench."); err != nil {
-		return err
-	}
-	if err := os.Chmod(b.dir, 0o711); err != nil {
+	if b.dir, err = os.MkdirTemp("", "sheba-bench."); err != nil {
 		return err
 	}
 	defer func() {
 		b.stopAll()
 		if opts.keep {
+			if err := b.pg.copyLog(b.dir); err != nil {
+				logf("no copy of the Postgres log: %v", err)
+			}
 			logf("kept %s", b.dir)
 		} else {
 			os.RemoveAll(b.dir)
@@ -270,8 +272,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	logf("%d scenario(s), %d pair(s) x %v after a %v warm-up per side: about %v of load",
 		runnable, opts.pairs, opts.duration, opts.warmup, budget(opts, runnable).Round(time.Second))
 
-	logf("starting a throwaway Postgres (%s)", b.bins.pgBindir)
-	if b.pg, err = startPostgres(ctx, b.bins.pgBindir, filepath.Join(b.dir, "pg"), b.pin, opts.serverCPU); err != nil {
+	logf("Postgres of scripts/pg.sh on 127.0.0.1:%d (%s)", b.pg.port, b.bins.pgBindir)
+	if err := b.pg.pin(ctx, b.pin, opts.serverCPU); err != nil {
 		return err
 	}
 	if err := b.prepareDatabase(ctx); err != nil {
@@ -477,16 +479,14 @@ func (b *bench) ensureServer(ctx context.Context, key string) (*server, error) {
 	return s, nil
 }
 
-// stopAll stops every process the run started, Postgres last.
+// stopAll stops every process the run started. Postgres is scripts/pg.sh's
+// to stop, once the driver has exited.
 func (b *bench) stopAll() {
 	for _, s := range b.servers {
 		s.proc.stop(5 * time.Second)
 	}
 	if b.sink != nil {
 		b.sink.proc.stop(2 * time.Second)
-	}
-	if b.pg != nil {
-		b.pg.stop()
 	}
 }
 

@@ -8,8 +8,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/codec/cborpb"
+	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 )
 
 // FuzzUnmarshal feeds arbitrary bytes to the decoder as a request body, an

@@ -17,8 +17,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/codec/cborpb"
+	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 )
 
 type accounts struct {

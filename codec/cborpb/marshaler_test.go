@@ -27,8 +27,8 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/codec/cborpb"
+	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 )
 
 // jsonView is what the gateway's JSON marshaler writes, read back with

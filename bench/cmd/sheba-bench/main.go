@@ -222,13 +222,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	}
 
 	// Tools first: fail before building anything.
-	if want("ping-rest", "error-rest", "readyz", "get-subscription", "ping-rest-traced") {
+	if want("ping-rest", "error-rest", "readyz", "get-subscription", "get-subscription-pgbench", "ping-rest-traced") {
 		if b.bins.wrk, err = ensureWrk(ctx, logf); err != nil {
 			return err
 		}
 	}
 	b.bins.pgBindir = b.pg.bindir
-	if want("get-subscription") {
+	if want("get-subscription-pgbench") {
 		if b.bins.pgbench, err = findPgbench(b.bins.pgBindir); err != nil {
 			return err
 		}

@@ -166,6 +166,14 @@ func (s *scenarioReport) summarize() {
 	s.Ratio, s.P99Ratio, s.CPURatio = median(s.Ratios), median(s.P99Ratios), median(s.CPURatios)
 }
 
+// spread shows the lowest and highest of the pair ratios.
+func spread(xs []float64) string {
+	if len(xs) == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f–%.2f", slices.Min(xs), slices.Max(xs))
+}
+
 // median of xs (the mean of the middle two for an even count), 0 for none.
 func median(xs []float64) float64 {
 	if len(xs) == 0 {
@@ -206,7 +214,7 @@ func renderTable(rep report) string {
 				if s.ByOK {
 					name += fmt.Sprintf(" (c=%d, 2xx/s, p50/p99 of 2xx)", s.Concurrency)
 				}
-				ratio = fmt.Sprintf("**%.2f**", s.Ratio)
+				ratio = fmt.Sprintf("**%.2f** (%s)", s.Ratio, spread(s.Ratios))
 				if s.genBound() {
 					ratio += " †"
 				}
@@ -221,7 +229,7 @@ func renderTable(rep report) string {
 				fmtMs(sd.Summary.CPUPerReqUS/1000), rss, ratio)
 		}
 	}
-	b.WriteString("\nratio: sheba's req/s over the baseline's (login-overload: goodput of the shedding server over the unshed one), median of the pairs. CPU srv: the server process plus Postgres, in shares of one CPU; gen: the load generator. CPU/req: server CPU time per request.")
+	b.WriteString("\nratio: sheba's req/s over the baseline's (login-overload: goodput of the shedding server over the unshed one), median of the pairs, with the lowest and highest pair in parentheses: a wide spread means a noisy run (raise -pairs). CPU srv: the server process plus Postgres, in shares of one CPU; gen: the load generator. CPU/req: server CPU time per request.")
 	for _, s := range rep.Scenarios {
 		if s.genBound() {
 			fmt.Fprintf(&b, " †: the baseline server used less than %.0f%% of its CPU, so something else (the load generator, or other processes) limited it; it may be faster than measured, and the CPU per request (column CPU/req) compares the two better.", saturatedCPU*100)

@@ -42,7 +42,7 @@ const (
 )
 
 // scenarioNames is every scenario in the order they run.
-var scenarioNames = []string{"ping-rest", "ping-grpc", "error-rest", "readyz", "get-subscription", "login-overload", "ping-rest-traced"}
+var scenarioNames = []string{"ping-rest", "ping-grpc", "error-rest", "readyz", "get-subscription", "get-subscription-pgbench", "login-overload", "ping-rest-traced"}
 
 // scenarios builds the scenarios of issue 6 for this run.
 func (b *bench) scenarios() []scenario {
@@ -65,6 +65,10 @@ func (b *bench) scenarios() []scenario {
 	ghzPing := func(s *server) load {
 		return ghzLoad{bin: b.bins.ghz, protoDir: filepath.Join(b.repo, "proto"), proto: filepath.Join(b.repo, "proto/sheba/v1/ping.proto"),
 			call: "sheba.v1.PingService.Ping", addr: s.grpcAddr, metadata: md}
+	}
+	getSub := func(s *server) load {
+		return wrkLoad{bin: b.bins.wrk, baseURL: s.httpURL, script: wrkScript{Method: "GET", Path: "/v1/accounts/" + accountID(1) + "/subscription",
+			Headers: hdr, IDsFile: b.idsFile, PathPrefix: "/v1/accounts/", PathSuffix: "/subscription"}}
 	}
 	bareHTTP := side{label: "net/http", server: srvHTTPPing, expect: []string{"200"}, load: wrkGet("/v1/ping", hdr)}
 	loginBody := fmt.Sprintf(`{"username":%q,"password":%q}`, loginUsername, benchPassword)
@@ -106,12 +110,16 @@ func (b *bench) scenarios() []scenario {
 		},
 		{
 			name: "get-subscription",
-			about: fmt.Sprintf("GET /v1/accounts/{id}/subscription over %d seeded accounts at random, against pgbench running the store's SELECT with as many clients",
+			about: fmt.Sprintf("GET /v1/accounts/{id}/subscription over %d seeded accounts at random, against a bare net/http handler with a pgxpool running the same SELECT and writing the same JSON",
 				o.accounts),
-			a: side{label: "sheba", server: srvSheba, expect: []string{"200"}, load: func(s *server) load {
-				return wrkLoad{bin: b.bins.wrk, baseURL: s.httpURL, script: wrkScript{Method: "GET", Path: "/v1/accounts/" + accountID(1) + "/subscription",
-					Headers: hdr, IDsFile: b.idsFile, PathPrefix: "/v1/accounts/", PathSuffix: "/subscription"}}
-			}},
+			a:    side{label: "sheba", server: srvSheba, expect: []string{"200"}, load: getSub},
+			b:    side{label: "net/http+pgx", server: srvPGPing, expect: []string{"200"}, load: getSub},
+			conc: o.conc,
+		},
+		{
+			name:  "get-subscription-pgbench",
+			about: "the same lookup against pgbench running the store's SELECT with as many clients: the database's own ceiling, paying nothing for HTTP or JSON",
+			a:     side{label: "sheba", server: srvSheba, expect: []string{"200"}, load: getSub},
 			b: side{label: "pgbench", expect: []string{"ok"}, load: func(*server) load {
 				return pgbenchLoad{bin: b.bins.pgbench, script: b.pgbenchScript, port: b.pg.port, db: "sheba"}
 			}},

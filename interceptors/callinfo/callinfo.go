@@ -12,6 +12,27 @@ type Info struct {
 
 type key struct{}
 
+// infoContext carries an Info. It is context.WithValue's valueCtx with the
+// Info inline, so that a call pays one allocation for both.
+type infoContext struct {
+	context.Context
+	info Info
+}
+
+func (c *infoContext) Value(k any) any {
+	if k == (key{}) {
+		return &c.info
+	}
+	return c.Context.Value(k)
+}
+
+// New returns ctx carrying a new Info with the given request id, and that
+// Info, for the outermost interceptor.
+func New(ctx context.Context, requestID string) (context.Context, *Info) {
+	c := &infoContext{Context: ctx, info: Info{RequestID: requestID}}
+	return c, &c.info
+}
+
 // NewContext returns ctx carrying info.
 func NewContext(ctx context.Context, info *Info) context.Context {
 	return context.WithValue(ctx, key{}, info)

@@ -39,10 +39,9 @@ func UnaryServerInterceptor(log *slog.Logger, opts ...Option) grpc.UnaryServerIn
 	}
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		start := time.Now()
-		ci := &callinfo.Info{RequestID: requestID(ctx)}
-		ctx = callinfo.NewContext(ctx, ci)
+		ctx, ci := callinfo.New(ctx, requestID(ctx))
 		// Fails only outside a server call; the id still goes in the log.
-		_ = grpc.SetHeader(ctx, metadata.Pairs("x-request-id", ci.RequestID))
+		_ = grpc.SetHeader(ctx, metadata.MD{"x-request-id": {ci.RequestID}})
 
 		resp, err := handler(ctx, req)
 

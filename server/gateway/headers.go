@@ -6,14 +6,20 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 )
 
-// incomingHeader passes the API key and request id headers to gRPC metadata
-// unprefixed, besides the gateway's defaults (Authorization among them).
+// incomingHeader passes to gRPC metadata the headers the chain reads (the
+// API key in either form, the request id) unprefixed, and metadata a client
+// sends as Grpc-Metadata-*. The gateway's default would also copy every
+// standard header (User-Agent, Accept, Host…) as grpcgateway-* metadata,
+// which nothing in sheba reads and every REST call paid for in allocations.
 func incomingHeader(key string) (string, bool) {
 	switch k := strings.ToLower(key); k {
-	case "x-api-key", "x-request-id":
+	case "x-api-key", "x-request-id", "authorization":
 		return k, true
 	}
-	return runtime.DefaultHeaderMatcher(key)
+	if len(key) > len(runtime.MetadataHeaderPrefix) && strings.EqualFold(key[:len(runtime.MetadataHeaderPrefix)], runtime.MetadataHeaderPrefix) {
+		return key[len(runtime.MetadataHeaderPrefix):], true
+	}
+	return "", false
 }
 
 // outgoingHeader turns the response metadata that HTTP clients know by name

@@ -17,6 +17,7 @@ type Config struct {
 	Compression Compression `yaml:"compression"`
 	Shutdown    Shutdown    `yaml:"shutdown"`
 	Log         Log         `yaml:"log"`
+	Idempotency Idempotency `yaml:"idempotency"`
 }
 
 // HTTP configures the REST gateway and operator endpoints.
@@ -104,6 +105,13 @@ type Log struct {
 	Format string `yaml:"format"`
 }
 
+// Idempotency configures idempotency keys (docs/api.md#idempotency-keys).
+type Idempotency struct {
+	// TTL is how long the outcome of a request sent with a key is kept; a
+	// retry after it runs anew.
+	TTL time.Duration `yaml:"ttl"`
+}
+
 // Default returns the configuration used for every key that neither the
 // file nor the environment sets. Database.URL has no default. Each call
 // returns fresh slices, so callers may modify the result.
@@ -120,6 +128,7 @@ func Default() Config {
 		Compression: Compression{MinBytes: 1024},
 		Shutdown:    Shutdown{Timeout: 30 * time.Second},
 		Log:         Log{Level: "info", Format: "json"},
+		Idempotency: Idempotency{TTL: 24 * time.Hour},
 	}
 }
 

@@ -54,6 +54,7 @@ func TestEnvNames(t *testing.T) {
 		"SHEBA_SHUTDOWN_TIMEOUT",
 		"SHEBA_LOG_LEVEL",
 		"SHEBA_LOG_FORMAT",
+		"SHEBA_IDEMPOTENCY_TTL",
 	}
 	var got []string
 	_, _ = Load("", func(name string) (string, bool) {
@@ -101,6 +102,7 @@ auth:
 compression: { min_bytes: 0 }
 shutdown: { drain_delay: 5s, timeout: 20s }
 log: { level: debug, format: text }
+idempotency: { ttl: 1h }
 `,
 			want: func(c *Config) {
 				*c = Config{
@@ -118,6 +120,7 @@ log: { level: debug, format: text }
 					Compression: Compression{MinBytes: 0},
 					Shutdown:    Shutdown{DrainDelay: 5 * time.Second, Timeout: 20 * time.Second},
 					Log:         Log{Level: "debug", Format: "text"},
+					Idempotency: Idempotency{TTL: time.Hour},
 				}
 			},
 		},
@@ -199,6 +202,7 @@ log: { level: warn }
 				"SHEBA_SHUTDOWN_TIMEOUT":     "1m",
 				"SHEBA_LOG_LEVEL":            "debug",
 				"SHEBA_LOG_FORMAT":           "text",
+				"SHEBA_IDEMPOTENCY_TTL":      "2h",
 			},
 			want: func(c *Config) {
 				c.HTTP.Addr = "127.0.0.1:8000"
@@ -213,6 +217,7 @@ log: { level: warn }
 				c.Shutdown.Timeout = time.Minute
 				c.Log.Level = "debug"
 				c.Log.Format = "text"
+				c.Idempotency.TTL = 2 * time.Hour
 			},
 		},
 		{
@@ -314,7 +319,7 @@ func TestLoadErrors(t *testing.T) {
 			name:    "unknown section",
 			file:    "htttp: { addr: \":80\" }\n",
 			wantKey: "htttp",
-			wantMsg: "htttp: unknown key (want one of http, grpc, database, limits, auth, compression, shutdown, log)",
+			wantMsg: "htttp: unknown key (want one of http, grpc, database, limits, auth, compression, shutdown, log, idempotency)",
 		},
 		{
 			name:    "unknown key",

@@ -7,12 +7,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
 
 // Validate reports the first problem with c, checking keys in the order of
-// the YAML (http, grpc, database, limits, auth, compression, shutdown, log),
+// the YAML (http, grpc, database, limits, auth, compression, shutdown, log,
+// idempotency),
 // so the same config always yields the same error. The error is an *Error
 // whose Env is empty; Load fills it in when the value came from the
 // environment. Validate parses database.url but connects nowhere.
@@ -54,6 +56,7 @@ func (c Config) check() *Error {
 		},
 		func() *Error { return oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error") },
 		func() *Error { return oneOf("log.format", c.Log.Format, "json", "text") },
+		func() *Error { return checkIdempotencyTTL(c.Idempotency.TTL) },
 	}
 	for _, check := range checks {
 		if e := check(); e != nil {
@@ -255,6 +258,15 @@ func validIdent(s string) bool {
 func oneOf(key, v string, allowed ...string) *Error {
 	if !slices.Contains(allowed, v) {
 		return bad(key, "must be one of %s; got %q", strings.Join(allowed, ", "), v)
+	}
+	return nil
+}
+
+// checkIdempotencyTTL checks idempotency.ttl: a key must outlive the
+// retries of the request it protects.
+func checkIdempotencyTTL(ttl time.Duration) *Error {
+	if ttl < time.Second {
+		return bad("idempotency.ttl", "must be at least 1s, got %v", ttl)
 	}
 	return nil
 }

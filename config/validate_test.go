@@ -264,6 +264,16 @@ func TestValidate(t *testing.T) {
 			wantKey: "log.format",
 			wantMsg: `log.format: must be one of json, text; got "logfmt"`,
 		},
+		{
+			name:    "idempotency.ttl",
+			change:  func(c *Config) { c.Idempotency.TTL = 500 * time.Millisecond },
+			wantKey: "idempotency.ttl",
+			wantMsg: "idempotency.ttl: must be at least 1s, got 500ms",
+		},
+		{
+			name:   "idempotency.ttl of 1s",
+			change: func(c *Config) { c.Idempotency.TTL = time.Second },
+		},
 
 		// Several problems: the first in YAML order wins.
 		{

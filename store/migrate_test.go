@@ -14,21 +14,24 @@ import (
 	"github.com/shebasvc/sheba/store/storetest"
 )
 
-// tablesExist reports whether both tables of the schema are in the database.
-func tablesExist(tb testing.TB, dbURL string) bool {
+// schemaTables are the tables the migrations make.
+var schemaTables = []string{"accounts", "subscriptions", "idempotency_keys"}
+
+// tablesExisting returns how many of schemaTables are in the database.
+func tablesExisting(tb testing.TB, dbURL string) int {
 	tb.Helper()
 	conn, err := pgx.Connect(tb.Context(), dbURL)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	defer conn.Close(context.WithoutCancel(tb.Context()))
-	var exist bool
+	var n int
 	err = conn.QueryRow(tb.Context(),
-		`SELECT to_regclass('accounts') IS NOT NULL AND to_regclass('subscriptions') IS NOT NULL`).Scan(&exist)
+		`SELECT count(to_regclass(t)) FROM unnest($1::text[]) AS t`, schemaTables).Scan(&n)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return exist
+	return n
 }
 
 // checkStatus fails the test unless MigrationStatus reports want.
@@ -43,23 +46,40 @@ func checkStatus(tb testing.TB, dbURL string, want []store.MigrationState) {
 	}
 }
 
+// migrationNames are the embedded migrations, in order.
+var migrationNames = []string{"init", "idempotency"}
+
+// statesApplied returns the status of the migrations with the first n
+// applied.
+func statesApplied(n int) []store.MigrationState {
+	states := make([]store.MigrationState, len(migrationNames))
+	for i, name := range migrationNames {
+		states[i] = store.MigrationState{Version: uint(i + 1), Name: name, Applied: i < n}
+	}
+	return states
+}
+
 func TestMigrations(t *testing.T) {
 	t.Parallel()
 	// The test database comes migrated from the template.
 	dbURL := storetest.NewDatabase(t)
 	ctx := t.Context()
+	all := len(migrationNames)
 
-	checkStatus(t, dbURL, []store.MigrationState{{Version: 1, Name: "init", Applied: true}})
+	checkStatus(t, dbURL, statesApplied(all))
 	if err := store.MigrateUp(ctx, dbURL); err != nil {
 		t.Errorf("MigrateUp with nothing to do: got %v, want nil", err)
 	}
 
-	if err := store.MigrateDown(ctx, dbURL); err != nil {
-		t.Fatalf("MigrateDown: %v", err)
+	// Each MigrateDown reverts one step.
+	for n := all - 1; n >= 0; n-- {
+		if err := store.MigrateDown(ctx, dbURL); err != nil {
+			t.Fatalf("MigrateDown to %d applied: %v", n, err)
+		}
+		checkStatus(t, dbURL, statesApplied(n))
 	}
-	checkStatus(t, dbURL, []store.MigrationState{{Version: 1, Name: "init", Applied: false}})
-	if tablesExist(t, dbURL) {
-		t.Error("tables exist after MigrateDown, want them gone")
+	if n := tablesExisting(t, dbURL); n != 0 {
+		t.Errorf("after every MigrateDown: got %d of the tables %v, want none", n, schemaTables)
 	}
 	if err := store.MigrateDown(ctx, dbURL); err == nil {
 		t.Error("MigrateDown with nothing applied: got nil, want an error")
@@ -68,9 +88,9 @@ func TestMigrations(t *testing.T) {
 	if err := store.MigrateUp(ctx, dbURL); err != nil {
 		t.Fatalf("MigrateUp: %v", err)
 	}
-	checkStatus(t, dbURL, []store.MigrationState{{Version: 1, Name: "init", Applied: true}})
-	if !tablesExist(t, dbURL) {
-		t.Fatal("tables missing after MigrateUp")
+	checkStatus(t, dbURL, statesApplied(all))
+	if n := tablesExisting(t, dbURL); n != len(schemaTables) {
+		t.Fatalf("after MigrateUp: got %d of the tables %v, want all", n, schemaTables)
 	}
 
 	// The re-created schema works.
@@ -101,8 +121,8 @@ func TestMigrationStatusDirty(t *testing.T) {
 
 	_, err = store.MigrationStatus(t.Context(), dbURL)
 	var dirty migrate.ErrDirty
-	if !errors.As(err, &dirty) || dirty.Version != 1 {
-		t.Errorf("MigrationStatus on a dirty database: got %v, want migrate.ErrDirty at version 1", err)
+	if !errors.As(err, &dirty) || dirty.Version != len(migrationNames) {
+		t.Errorf("MigrationStatus on a dirty database: got %v, want migrate.ErrDirty at version %d", err, len(migrationNames))
 	}
 	if err := store.MigrateUp(t.Context(), dbURL); err == nil {
 		t.Error("MigrateUp on a dirty database: got nil, want an error")

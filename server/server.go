@@ -96,3 +96,15 @@ func DatabaseMethods() map[string]bool {
 	}
 	return needs
 }
+
+// IdempotentMethods returns the full names of the methods that take an
+// idempotency key (docs/api.md#idempotency-keys): the creates and the
+// cancel, whose retry could otherwise change the data twice or answer
+// differently.
+func IdempotentMethods() map[string]bool {
+	return map[string]bool{
+		shebav1.AccountService_CreateAccount_FullMethodName:           true,
+		shebav1.SubscriptionService_CreateSubscription_FullMethodName: true,
+		shebav1.SubscriptionService_CancelSubscription_FullMethodName: true,
+	}
+}

@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"time"
 
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
@@ -21,6 +24,7 @@ import (
 	"github.com/shebasvc/sheba/interceptors/callinfo"
 	"github.com/shebasvc/sheba/interceptors/concurrency"
 	"github.com/shebasvc/sheba/interceptors/failfast"
+	"github.com/shebasvc/sheba/interceptors/idempotency"
 	"github.com/shebasvc/sheba/interceptors/metrics"
 	"github.com/shebasvc/sheba/interceptors/ratelimit"
 	"github.com/shebasvc/sheba/interceptors/requestlog"
@@ -42,6 +46,12 @@ type chainDeps struct {
 	// that cannot answer without it.
 	dbUp    func() bool
 	needsDB map[string]bool
+	// keys holds the idempotency records of the methods in idempotent,
+	// kept keyTTL; nil leaves idempotency out (chain benchmarks without a
+	// database).
+	keys       idempotency.Store
+	idempotent map[string]bool
+	keyTTL     time.Duration
 	// hook, if set, runs innermost, around the handler (tests only).
 	hook func(ctx context.Context, method string) error
 }
@@ -64,6 +74,10 @@ type chainDeps struct {
 //   - timeout: so only the handler's time counts against it.
 //   - failfast: while the database is down, the calls that need it
 //     answer Unavailable at once rather than at their deadline.
+//   - idempotency (creates and cancel only): innermost, so a call rejected
+//     above takes no key nor connection, and its transaction, which the
+//     handler's writes join, runs under the deadline: a timeout in the
+//     middle rolls back the change and the key together.
 func unaryChain(d chainDeps) grpc.UnaryServerInterceptor {
 	links := chainLinks(d)
 	interceptors := make([]grpc.UnaryServerInterceptor, len(links))
@@ -113,6 +127,13 @@ func chainLinks(d chainDeps) []link {
 		link{"timeout", timeout.UnaryServerInterceptor(d.limits.Timeout)},
 		link{"failfast", failfast.UnaryServerInterceptor(d.dbUp, d.needsDB, "database unavailable")},
 	)
+	if d.keys != nil {
+		links = append(links, link{"idempotency", selector.UnaryServerInterceptor(
+			idempotency.UnaryServerInterceptor(d.keys, apikey.IDFromContext,
+				idempotency.WithTTL(d.keyTTL), idempotency.WithLogger(d.log)),
+			selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool { return d.idempotent[c.FullMethod()] }),
+		)})
+	}
 	if d.hook != nil {
 		links = append(links, link{"test_hook", func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 			if err := d.hook(ctx, info.FullMethod); err != nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/shebasvc/sheba/config"
 	"github.com/shebasvc/sheba/interceptors/apikey"
 	"github.com/shebasvc/sheba/interceptors/concurrency"
+	"github.com/shebasvc/sheba/interceptors/idempotency"
 	"github.com/shebasvc/sheba/interceptors/metrics"
 	"github.com/shebasvc/sheba/server"
 	"github.com/shebasvc/sheba/server/gateway"
@@ -42,6 +43,8 @@ type service struct {
 	health   *health.Checker
 	grpc     *grpc.Server
 	http     *http.Server
+	// reapKeys deletes expired idempotency records until its context ends.
+	reapKeys func(ctx context.Context)
 }
 
 // serviceDeps are the parts of a service that do not come from the config.
@@ -88,15 +91,18 @@ func newService(ctx context.Context, cfg config.Config, log *slog.Logger, d serv
 		return nil, err
 	}
 	chain := unaryChain(chainDeps{
-		limits:   cfg.Limits,
-		authn:    authn,
-		keyIDs:   keyIDs,
-		log:      log,
-		inflight: inflight,
-		metrics:  m,
-		dbUp:     checker.DatabaseUp,
-		needsDB:  server.DatabaseMethods(),
-		hook:     d.hook,
+		limits:     cfg.Limits,
+		authn:      authn,
+		keyIDs:     keyIDs,
+		log:        log,
+		inflight:   inflight,
+		metrics:    m,
+		dbUp:       checker.DatabaseUp,
+		needsDB:    server.DatabaseMethods(),
+		keys:       d.store,
+		idempotent: server.IdempotentMethods(),
+		keyTTL:     cfg.Idempotency.TTL,
+		hook:       d.hook,
 	})
 
 	grpcServer := newGRPCServer(cfg.GRPC, cfg.HTTP.MaxBodyBytes, chain, d.tracerProvider)
@@ -131,6 +137,9 @@ func newService(ctx context.Context, cfg config.Config, log *slog.Logger, d serv
 		health:   checker,
 		grpc:     grpcServer,
 		http:     newHTTPServer(handler, log),
+		reapKeys: func(ctx context.Context) {
+			idempotency.Reap(ctx, d.store, idempotency.ReapInterval(cfg.Idempotency.TTL), log)
+		},
 	}, nil
 }
 
@@ -218,6 +227,18 @@ func (s *service) serve(ctx context.Context, grpcLis, httpLis net.Listener) erro
 	healthCtx, stopHealth := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopHealth()
 	go s.health.Run(healthCtx)
+	// The reaper stops with ctx, and is waited for: the pool it uses
+	// closes after serve returns.
+	reapCtx, stopReap := context.WithCancel(ctx)
+	reaped := make(chan struct{})
+	go func() {
+		defer close(reaped)
+		s.reapKeys(reapCtx)
+	}()
+	defer func() {
+		stopReap()
+		<-reaped
+	}()
 
 	errc := make(chan error, 2)
 	go func() { errc <- s.grpc.Serve(grpcLis) }()

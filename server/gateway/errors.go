@@ -8,9 +8,9 @@ import (
 )
 
 // errorHandler writes a google.rpc.Status body with the HTTP status of its
-// code (docs/api.md#errors).
+// code, or of its reason (docs/api.md#errors).
 func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
-	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, overLimitError(r, err))
+	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, reasonStatus(overLimitError(r, err)))
 }
 
 // writeError answers err in the type the request's Accept asks for.

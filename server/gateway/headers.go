@@ -7,13 +7,14 @@ import (
 )
 
 // incomingHeader passes to gRPC metadata the headers the chain reads (the
-// API key in either form, the request id) unprefixed, and metadata a client
-// sends as Grpc-Metadata-*. The gateway's default would also copy every
-// standard header (User-Agent, Accept, Host…) as grpcgateway-* metadata,
-// which nothing in sheba reads and every REST call paid for in allocations.
+// API key in either form, the request id, the idempotency key) unprefixed,
+// and metadata a client sends as Grpc-Metadata-*. The gateway's default
+// would also copy every standard header (User-Agent, Accept, Host…) as
+// grpcgateway-* metadata, which nothing in sheba reads and every REST call
+// paid for in allocations.
 func incomingHeader(key string) (string, bool) {
 	switch k := strings.ToLower(key); k {
-	case "x-api-key", "x-request-id", "authorization":
+	case "x-api-key", "x-request-id", "authorization", "idempotency-key":
 		return k, true
 	}
 	if len(key) > len(runtime.MetadataHeaderPrefix) && strings.EqualFold(key[:len(runtime.MetadataHeaderPrefix)], runtime.MetadataHeaderPrefix) {
@@ -30,6 +31,8 @@ func outgoingHeader(key string) (string, bool) {
 		return "Retry-After", true
 	case "x-request-id":
 		return "X-Request-Id", true
+	case "idempotent-replayed":
+		return "Idempotent-Replayed", true
 	}
 	return runtime.MetadataHeaderPrefix + key, true
 }

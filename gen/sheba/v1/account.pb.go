@@ -91,7 +91,9 @@ type CreateAccountRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Unique name: 3 to 64 characters of a-z, 0-9, '.', '_' and '-'.
 	Username string `protobuf:"bytes,1,opt,name=username,proto3" json:"username,omitempty"`
-	// Password: 8 to 256 bytes. Stored only as an argon2id hash.
+	// Password: 8 to 256 bytes. Stored only as an argon2id hash. Marked
+	// debug_redact: it is kept out of text dumps and of the fingerprint of an
+	// idempotent request.
 	Password      string `protobuf:"bytes,2,opt,name=password,proto3" json:"password,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -391,10 +393,10 @@ const file_sheba_v1_account_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\busername\x18\x02 \x01(\tR\busername\x12;\n" +
 	"\vcreate_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\"N\n" +
+	"createTime\"S\n" +
 	"\x14CreateAccountRequest\x12\x1a\n" +
-	"\busername\x18\x01 \x01(\tR\busername\x12\x1a\n" +
-	"\bpassword\x18\x02 \x01(\tR\bpassword\"D\n" +
+	"\busername\x18\x01 \x01(\tR\busername\x12\x1f\n" +
+	"\bpassword\x18\x02 \x01(\tB\x03\x80\x01\x01R\bpassword\"D\n" +
 	"\x15CreateAccountResponse\x12+\n" +
 	"\aaccount\x18\x01 \x01(\v2\x11.sheba.v1.AccountR\aaccount\"F\n" +
 	"\fLoginRequest\x12\x1a\n" +

@@ -1,0 +1,63 @@
+// Package idempotency makes a request safe to retry: a client sends an
+// idempotency key with a create, and a retry with the same key gets the
+// first outcome again instead of making a second change
+// (docs/api.md#idempotency-keys).
+//
+// The key comes in the "idempotency-key" metadata (the REST gateway passes
+// the Idempotency-Key header there): a bare token or the quoted string of
+// the IETF Idempotency-Key draft, 1 to 255 visible ASCII characters. Keys
+// are scoped to the caller (an API key id), the method and the key. A call
+// without a key runs as if the interceptor were not there.
+//
+// With a key, the interceptor opens a transaction (Store.InTx) and passes
+// its context to the handler, so the handler's store calls (and anything
+// they enqueue with InTx) join it. In it, one statement takes a
+// transaction-scoped advisory lock of the scope, if free, and reads the
+// scope's record. Then:
+//
+//   - a record with the same request fingerprint: its outcome is answered
+//     again, with "idempotent-replayed: true" metadata; the handler does not
+//     run;
+//   - a record with another fingerprint: InvalidArgument, reason
+//     IDEMPOTENCY_KEY_REUSED (422 on REST);
+//   - no record, lock taken by another call: Aborted, reason
+//     IDEMPOTENCY_KEY_IN_USE, with retry-after of 1 second;
+//   - otherwise the handler runs, its response is recorded with
+//     INSERT … ON CONFLICT in the same transaction, and both commit
+//     together. If the insert finds a record that a concurrent call
+//     committed meanwhile, this call's change is rolled back and that record
+//     is answered.
+//
+// The fingerprint is the SHA-256 of the request message in deterministic
+// protobuf encoding: REST and gRPC decode the same logical request into the
+// same message, so a retry may even switch transports. Fields marked
+// debug_redact (the password) are left out, so that no fast hash of a
+// secret is stored.
+//
+// What is recorded: OK, and the errors by which the handler answers about
+// the data (NotFound, AlreadyExists, FailedPrecondition, PermissionDenied,
+// OutOfRange). An error is recorded after its transaction rolled back (the
+// failed statement aborted it), in a statement of its own; it made no
+// change. Not recorded, so that a retry runs anew: InvalidArgument, which
+// the handlers return only from validation, before any lookup; and the
+// errors that say nothing of the request (Canceled, DeadlineExceeded,
+// Unavailable, ResourceExhausted, Aborted, Internal, Unknown): their
+// transaction rolled back, so nothing happened. Calls rejected before this
+// interceptor (auth, limits) are never seen.
+//
+// Records expire after the TTL (WithTTL, default 24h): an expired record is
+// ignored and replaced, and Reap deletes them in small batches.
+//
+// It sits after auth (it needs the caller), the rate limits and the
+// concurrency limit (a rejected call takes no lock nor connection), the
+// timeout and failfast, and right before the handler: the whole
+// transaction runs under the call's deadline, and a deadline that passes
+// in the middle rolls it all back, so nothing is recorded and the retry
+// runs anew; a deadline that passes after the commit makes the timeout
+// answer DeadlineExceeded, and the retry replays the recorded outcome.
+// Apply it only to the methods that take keys (selector).
+//
+// Codes: InvalidArgument (a malformed key, a key without an API key, a
+// reused key), Aborted (key in use), Unavailable, DeadlineExceeded,
+// Canceled or Internal when the database fails; and the replayed codes.
+package idempotency

@@ -1,0 +1,338 @@
+package idempotency
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/descriptorpb"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/shebasvc/sheba/interceptors/retryafter"
+	"github.com/shebasvc/sheba/store"
+)
+
+// ReplayedKey is the response metadata set to "true" on a replayed
+// outcome; the REST gateway answers it as the Idempotent-Replayed header.
+const ReplayedKey = "idempotent-replayed"
+
+// The reasons of the errors this package decides, in their ErrorInfo of
+// domain "sheba".
+const (
+	ReasonReused = "IDEMPOTENCY_KEY_REUSED"
+	ReasonInUse  = "IDEMPOTENCY_KEY_IN_USE"
+)
+
+// inUseRetry is the wait suggested to a call whose key is in use.
+const inUseRetry = time.Second
+
+// Store keeps the records; *store.Store implements it. The methods are
+// those of package store, which document them.
+type Store interface {
+	InTx(ctx context.Context, fn func(ctx context.Context) error) error
+	LockIdempotencyKey(ctx context.Context, k store.IdempotencyKey) (*store.IdempotencyRecord, bool, error)
+	RecordIdempotencyKey(ctx context.Context, k store.IdempotencyKey, rec store.IdempotencyRecord, ttl time.Duration) (bool, error)
+	GetIdempotencyKey(ctx context.Context, k store.IdempotencyKey) (store.IdempotencyRecord, error)
+}
+
+// recorded are the error codes recorded as outcomes: the handler's answers
+// about the data. Every other error leaves no record (see the package
+// comment), and so does any code added to gRPC later.
+var recorded = map[codes.Code]bool{
+	codes.NotFound:           true,
+	codes.AlreadyExists:      true,
+	codes.FailedPrecondition: true,
+	codes.PermissionDenied:   true,
+	codes.OutOfRange:         true,
+}
+
+var (
+	errNoCaller = badKey("needs an API key: keys are scoped to the caller")
+	errReused   = withInfo(status.New(codes.InvalidArgument,
+		"idempotency key already used with a different request"), ReasonReused)
+	errInUse = withInfo(status.New(codes.Aborted,
+		"a request with this idempotency key is still running; retry later"), ReasonInUse,
+		&errdetails.RetryInfo{RetryDelay: durationpb.New(inUseRetry)})
+)
+
+// withInfo returns st as an error with an ErrorInfo of reason and the
+// details more.
+func withInfo(st *status.Status, reason string, more ...protoadapt.MessageV1) error {
+	details := []protoadapt.MessageV1{&errdetails.ErrorInfo{Domain: "sheba", Reason: reason}}
+	withDetails, err := st.WithDetails(append(details, more...)...)
+	if err != nil {
+		// Only a marshaling bug gets here; the code and message stand.
+		return st.Err()
+	}
+	return withDetails.Err()
+}
+
+// Errors that end the transaction of InTx without a commit; they never
+// leave this package.
+var (
+	errRollback = errors.New("idempotency: roll back")
+	errLockHeld = errors.New("idempotency: key in use")
+	errRaced    = errors.New("idempotency: recorded by a concurrent call")
+)
+
+// UnaryServerInterceptor returns the interceptor over s. caller returns the
+// caller's identity (the API key id), which scopes the keys; a call with a
+// key and no caller is refused.
+func UnaryServerInterceptor(s Store, caller func(context.Context) string, opts ...Option) grpc.UnaryServerInterceptor {
+	o := evaluateOptions(opts)
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		key, ok, err := keyFromContext(ctx)
+		if err != nil {
+			return nil, err
+		}
+		msg, isMsg := req.(proto.Message)
+		if !ok || !isMsg {
+			return handler(ctx, req)
+		}
+		id := caller(ctx)
+		if id == "" {
+			return nil, errNoCaller
+		}
+		fp, err := fingerprint(msg)
+		if err != nil {
+			return nil, o.storeError(ctx, "fingerprint request", err)
+		}
+		c := &call{o: o, s: s, fp: fp, k: store.IdempotencyKey{Caller: id, Method: info.FullMethod, Key: key}}
+		return c.run(ctx, req, handler)
+	}
+}
+
+// call is one call with a key.
+type call struct {
+	o  *options
+	s  Store
+	k  store.IdempotencyKey
+	fp []byte
+}
+
+// run runs the call as the package comment says.
+func (c *call) run(ctx context.Context, req any, handler grpc.UnaryHandler) (any, error) {
+	var (
+		resp       any
+		handlerErr error
+		found      *store.IdempotencyRecord
+	)
+	err := c.s.InTx(ctx, func(ctx context.Context) error {
+		rec, locked, err := c.s.LockIdempotencyKey(ctx, c.k)
+		switch {
+		case err != nil:
+			return err
+		case rec != nil:
+			found = rec
+			return errRollback
+		case !locked:
+			return errLockHeld
+		}
+		resp, handlerErr = handler(ctx, req)
+		if handlerErr != nil {
+			// The failed statement aborted the transaction: the error is
+			// recorded, if at all, after the rollback.
+			return errRollback
+		}
+		rec2, err := okRecord(c.fp, resp)
+		if err != nil {
+			return err
+		}
+		inserted, err := c.s.RecordIdempotencyKey(ctx, c.k, rec2, c.o.ttl)
+		if err != nil {
+			return err
+		}
+		if !inserted {
+			return errRaced
+		}
+		return c.o.beforeCommit(ctx)
+	})
+	switch {
+	case err == nil:
+		return resp, nil
+	case errors.Is(err, errLockHeld):
+		retryafter.Set(ctx, inUseRetry)
+		return nil, errInUse
+	case errors.Is(err, errRaced):
+		return c.replayRecorded(ctx)
+	case !errors.Is(err, errRollback):
+		return nil, c.o.storeError(ctx, "idempotent call", err)
+	case found != nil:
+		return c.replay(ctx, *found)
+	}
+	return c.recordError(ctx, handlerErr)
+}
+
+// recordError records handlerErr as the outcome if its code is recorded,
+// and returns it, or the outcome a concurrent call recorded first.
+func (c *call) recordError(ctx context.Context, handlerErr error) (any, error) {
+	st := status.Convert(handlerErr)
+	if !recorded[st.Code()] {
+		return nil, handlerErr
+	}
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(st.Proto())
+	if err != nil {
+		return nil, handlerErr
+	}
+	rec := store.IdempotencyRecord{Fingerprint: c.fp, Code: int32(st.Code()), Response: b}
+	inserted, err := c.s.RecordIdempotencyKey(ctx, c.k, rec, c.o.ttl)
+	if err != nil {
+		// The answer stands: it changed nothing, so a retry that runs anew
+		// is safe.
+		c.o.log.WarnContext(ctx, "idempotency: outcome not recorded", "method", c.k.Method, "error", err)
+		return nil, handlerErr
+	}
+	if !inserted {
+		return c.replayRecorded(ctx)
+	}
+	return nil, handlerErr
+}
+
+// replayRecorded answers the record that a concurrent call committed.
+func (c *call) replayRecorded(ctx context.Context) (any, error) {
+	rec, err := c.s.GetIdempotencyKey(ctx, c.k)
+	if err != nil {
+		return nil, c.o.storeError(ctx, "read idempotency record", err)
+	}
+	return c.replay(ctx, rec)
+}
+
+// replay answers rec: its outcome if the request is the same, else the
+// reuse error.
+func (c *call) replay(ctx context.Context, rec store.IdempotencyRecord) (any, error) {
+	if !bytes.Equal(rec.Fingerprint, c.fp) {
+		return nil, errReused
+	}
+	if rec.Code == int32(codes.OK) {
+		var a anypb.Any
+		if err := proto.Unmarshal(rec.Response, &a); err != nil {
+			return nil, c.o.storeError(ctx, "decode idempotency record", err)
+		}
+		resp, err := a.UnmarshalNew()
+		if err != nil {
+			return nil, c.o.storeError(ctx, "decode idempotency record", err)
+		}
+		setReplayed(ctx)
+		return resp, nil
+	}
+	var st spb.Status
+	if err := proto.Unmarshal(rec.Response, &st); err != nil {
+		return nil, c.o.storeError(ctx, "decode idempotency record", err)
+	}
+	setReplayed(ctx)
+	return nil, status.ErrorProto(&st)
+}
+
+func setReplayed(ctx context.Context) {
+	// Fails only outside a server call (a direct test call); the outcome
+	// stands without the marker.
+	_ = grpc.SetHeader(ctx, metadata.Pairs(ReplayedKey, "true"))
+}
+
+// okRecord returns the record of a successful response. The response is
+// kept as an Any, so the replay needs no table of response types.
+func okRecord(fp []byte, resp any) (store.IdempotencyRecord, error) {
+	m, ok := resp.(proto.Message)
+	if !ok || resp == nil {
+		return store.IdempotencyRecord{}, fmt.Errorf("response %T is not a protobuf message", resp)
+	}
+	deterministic := proto.MarshalOptions{Deterministic: true}
+	var a anypb.Any
+	if err := anypb.MarshalFrom(&a, m, deterministic); err != nil {
+		return store.IdempotencyRecord{}, err
+	}
+	b, err := deterministic.Marshal(&a)
+	if err != nil {
+		return store.IdempotencyRecord{}, err
+	}
+	return store.IdempotencyRecord{Fingerprint: fp, Code: int32(codes.OK), Response: b}, nil
+}
+
+// storeError answers err, an error of the database or of a record, with
+// no detail: the caller learns only whether to retry.
+func (o *options) storeError(ctx context.Context, op string, err error) error {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, "request canceled")
+	case errors.Is(err, store.ErrUnavailable):
+		o.log.WarnContext(ctx, "database unavailable", "op", op, "error", err)
+		return status.Error(codes.Unavailable, "database unavailable")
+	}
+	o.log.ErrorContext(ctx, "internal error", "op", op, "error", err)
+	return status.Error(codes.Internal, "internal error")
+}
+
+// fingerprint returns the SHA-256 of m in deterministic protobuf encoding,
+// with the fields marked debug_redact cleared.
+//
+// Deterministic encoding writes the fields of a message in field-number
+// order whatever way the message was built, so the REST gateway (decoding
+// JSON or CBOR) and gRPC (decoding protobuf) give the same bytes for the
+// same logical request; proto3 leaves default values out, so an absent
+// field and an empty one agree too.
+func fingerprint(m proto.Message) ([]byte, error) {
+	if len(redacted(m.ProtoReflect())) > 0 {
+		m = proto.Clone(m)
+		for _, f := range redacted(m.ProtoReflect()) {
+			f.msg.Clear(f.field)
+		}
+	}
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(b)
+	return sum[:], nil
+}
+
+// redactedField is a set field marked debug_redact.
+type redactedField struct {
+	msg   protoreflect.Message
+	field protoreflect.FieldDescriptor
+}
+
+// redacted returns the set fields of m, and of the messages in it, that are
+// marked debug_redact.
+func redacted(m protoreflect.Message) []redactedField {
+	var found []redactedField
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if o, ok := fd.Options().(*descriptorpb.FieldOptions); ok && o.GetDebugRedact() {
+			found = append(found, redactedField{m, fd})
+			return true
+		}
+		switch {
+		case fd.IsMap():
+			if fd.MapValue().Message() != nil {
+				v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
+					found = append(found, redacted(mv.Message())...)
+					return true
+				})
+			}
+		case fd.IsList():
+			if fd.Message() != nil {
+				for i := range v.List().Len() {
+					found = append(found, redacted(v.List().Get(i).Message())...)
+				}
+			}
+		case fd.Message() != nil:
+			found = append(found, redacted(v.Message())...)
+		}
+		return true
+	})
+	return found
+}

@@ -1,0 +1,99 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// MetadataKey is the request metadata that carries the key; the REST
+// gateway passes the Idempotency-Key header in it.
+const MetadataKey = "idempotency-key"
+
+// MaxKeyLen is the longest key accepted, in characters.
+const MaxKeyLen = 255
+
+var errKeySyntax = errors.New("must be 1 to 255 visible ASCII characters, bare or as a quoted string")
+
+// ParseKey returns the key that the value v of an Idempotency-Key header
+// holds: a quoted string in the syntax of RFC 8941 (the IETF draft's form,
+// "abc", where \" and \\ stand for " and \) or a bare token (abc). The key
+// itself is 1 to MaxKeyLen visible ASCII characters (! to ~) either way, so
+// "abc" and abc are the same key. Spaces and tabs around v are ignored.
+//
+// The parser is ours rather than a structured-fields library's: the bare
+// form accepts any visible ASCII, which RFC 8941 would read as an integer
+// (123), a token or an error (1-2, {k}), and the quoted form is one small
+// production of it.
+func ParseKey(v string) (string, error) {
+	v = strings.Trim(v, " \t")
+	if strings.HasPrefix(v, `"`) {
+		var b strings.Builder
+		closed := false
+		for i := 1; i < len(v); i++ {
+			c := v[i]
+			if c == '\\' && i+1 < len(v) && (v[i+1] == '"' || v[i+1] == '\\') {
+				b.WriteByte(v[i+1])
+				i++
+				continue
+			}
+			if c == '"' {
+				if i != len(v)-1 {
+					return "", errors.New("must end at its closing quote")
+				}
+				closed = true
+				break
+			}
+			b.WriteByte(c)
+		}
+		if !closed {
+			return "", errors.New("has no closing quote")
+		}
+		v = b.String()
+	}
+	if len(v) == 0 || len(v) > MaxKeyLen {
+		return "", errKeySyntax
+	}
+	for i := range len(v) {
+		if v[i] < '!' || v[i] > '~' {
+			return "", errKeySyntax
+		}
+	}
+	return v, nil
+}
+
+// keyFromContext returns the key of the call, and whether it has one; a
+// malformed key is an InvalidArgument error.
+func keyFromContext(ctx context.Context) (string, bool, error) {
+	values := metadata.ValueFromIncomingContext(ctx, MetadataKey)
+	switch len(values) {
+	case 0:
+		return "", false, nil
+	case 1:
+	default:
+		return "", false, badKey("must be given once")
+	}
+	key, err := ParseKey(values[0])
+	if err != nil {
+		return "", false, badKey(err.Error())
+	}
+	return key, true, nil
+}
+
+// badKey is the InvalidArgument answer to a malformed key, with a field
+// violation of the header.
+func badKey(description string) error {
+	st := status.New(codes.InvalidArgument, "invalid "+MetadataKey+": "+description)
+	withDetails, err := st.WithDetails(&errdetails.BadRequest{
+		FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: MetadataKey, Description: description}},
+	})
+	if err != nil {
+		return st.Err()
+	}
+	return withDetails.Err()
+}

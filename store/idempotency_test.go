@@ -208,3 +208,33 @@ func TestDeleteExpiredIdempotencyKeys(t *testing.T) {
 		t.Errorf("rows left mismatch (-want +got):\n%s", diff)
 	}
 }
+
+// TestInTxRollbackAfterCancel checks that a transaction whose context ended
+// is rolled back on its connection: its locks are free at once, and the
+// pool keeps the connection.
+func TestInTxRollbackAfterCancel(t *testing.T) {
+	t.Parallel()
+	pool := storetest.NewPool(t)
+	s := store.New(pool)
+	k := store.IdempotencyKey{Caller: "c", Method: "/m", Key: "k"}
+	lockKey(t, s, k) // warms the pool: one connection
+	conns := pool.Stat().NewConnsCount()
+
+	ctx, cancel := context.WithCancel(t.Context())
+	err := s.InTx(ctx, func(ctx context.Context) error {
+		if _, locked, err := s.LockIdempotencyKey(ctx, k); err != nil || !locked {
+			return fmt.Errorf("lock: locked %v, %v", locked, err)
+		}
+		cancel()
+		return ctx.Err()
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("InTx: got %v, want context.Canceled", err)
+	}
+	if _, locked := lockKey(t, s, k); !locked {
+		t.Error("lock of a rolled-back transaction: still held")
+	}
+	if got := pool.Stat().NewConnsCount(); got != conns {
+		t.Errorf("connections opened: got %d, want %d (the rolled-back one reused)", got, conns)
+	}
+}

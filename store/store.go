@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -86,13 +87,30 @@ func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context) error) er
 	if _, ok := TxFromContext(ctx); ok {
 		return fn(ctx)
 	}
-	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		return fn(context.WithValue(ctx, txKey{}, tx))
-	})
+	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return translate(err)
 	}
-	return nil
+	// After a commit the rollback does nothing; it runs on a panic too.
+	defer rollback(ctx, tx)
+	if err := fn(context.WithValue(ctx, txKey{}, tx)); err != nil {
+		return translate(err)
+	}
+	return translate(tx.Commit(ctx))
+}
+
+// rollbackTimeout bounds the rollback of a transaction whose context ended.
+const rollbackTimeout = 5 * time.Second
+
+// rollback rolls tx back even when ctx has ended, which is often why the
+// transaction failed. pgx.BeginTxFunc would roll back with the ended
+// context, which cannot send the ROLLBACK and closes the connection
+// instead: the server then frees the transaction's locks only when it
+// notices, and the pool loses the connection.
+func rollback(ctx context.Context, tx pgx.Tx) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	defer cancel()
+	_ = tx.Rollback(ctx)
 }
 
 // Ping checks that the database answers a query.

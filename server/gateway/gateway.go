@@ -111,7 +111,7 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, o Options) (http.Ha
 				span.SetAttributes(semconv.HTTPRoute(route))
 			}
 		}
-		if unsupportedType(gw, w, r) {
+		if unsupportedType(gw, w, r) || badIdempotencyKey(gw, w, r) {
 			return
 		}
 		r, answered := limitBody(gw, w, r, o.MaxBodyBytes)

@@ -37,7 +37,10 @@ func ParseKey(v string) (string, error) {
 		closed := false
 		for i := 1; i < len(v); i++ {
 			c := v[i]
-			if c == '\\' && i+1 < len(v) && (v[i+1] == '"' || v[i+1] == '\\') {
+			if c == '\\' {
+				if i+1 == len(v) || (v[i+1] != '"' && v[i+1] != '\\') {
+					return "", errors.New(`may escape only " and \ with \`)
+				}
 				b.WriteByte(v[i+1])
 				i++
 				continue

@@ -108,7 +108,7 @@ func UnaryServerInterceptor(s Store, caller func(context.Context) string, opts .
 		}
 		fp, err := fingerprint(msg)
 		if err != nil {
-			return nil, o.storeError(ctx, "fingerprint request", err)
+			return nil, o.failure(ctx, "fingerprint request", err)
 		}
 		c := &call{o: o, s: s, fp: fp, k: store.IdempotencyKey{Caller: id, Method: info.FullMethod, Key: key}}
 		return c.run(ctx, req, handler)
@@ -147,11 +147,11 @@ func (c *call) run(ctx context.Context, req any, handler grpc.UnaryHandler) (any
 			// recorded, if at all, after the rollback.
 			return errRollback
 		}
-		rec2, err := okRecord(c.fp, resp)
+		outcome, err := okRecord(c.fp, resp)
 		if err != nil {
 			return err
 		}
-		inserted, err := c.s.RecordIdempotencyKey(ctx, c.k, rec2, c.o.ttl)
+		inserted, err := c.s.RecordIdempotencyKey(ctx, c.k, outcome, c.o.ttl)
 		if err != nil {
 			return err
 		}
@@ -169,7 +169,7 @@ func (c *call) run(ctx context.Context, req any, handler grpc.UnaryHandler) (any
 	case errors.Is(err, errRaced):
 		return c.replayRecorded(ctx)
 	case !errors.Is(err, errRollback):
-		return nil, c.o.storeError(ctx, "idempotent call", err)
+		return nil, c.o.failure(ctx, "idempotent call", err)
 	case found != nil:
 		return c.replay(ctx, *found)
 	}
@@ -205,7 +205,7 @@ func (c *call) recordError(ctx context.Context, handlerErr error) (any, error) {
 func (c *call) replayRecorded(ctx context.Context) (any, error) {
 	rec, err := c.s.GetIdempotencyKey(ctx, c.k)
 	if err != nil {
-		return nil, c.o.storeError(ctx, "read idempotency record", err)
+		return nil, c.o.failure(ctx, "read idempotency record", err)
 	}
 	return c.replay(ctx, rec)
 }
@@ -219,18 +219,18 @@ func (c *call) replay(ctx context.Context, rec store.IdempotencyRecord) (any, er
 	if rec.Code == int32(codes.OK) {
 		var a anypb.Any
 		if err := proto.Unmarshal(rec.Response, &a); err != nil {
-			return nil, c.o.storeError(ctx, "decode idempotency record", err)
+			return nil, c.o.failure(ctx, "decode idempotency record", err)
 		}
 		resp, err := a.UnmarshalNew()
 		if err != nil {
-			return nil, c.o.storeError(ctx, "decode idempotency record", err)
+			return nil, c.o.failure(ctx, "decode idempotency record", err)
 		}
 		setReplayed(ctx)
 		return resp, nil
 	}
 	var st spb.Status
 	if err := proto.Unmarshal(rec.Response, &st); err != nil {
-		return nil, c.o.storeError(ctx, "decode idempotency record", err)
+		return nil, c.o.failure(ctx, "decode idempotency record", err)
 	}
 	setReplayed(ctx)
 	return nil, status.ErrorProto(&st)
@@ -261,9 +261,9 @@ func okRecord(fp []byte, resp any) (store.IdempotencyRecord, error) {
 	return store.IdempotencyRecord{Fingerprint: fp, Code: int32(codes.OK), Response: b}, nil
 }
 
-// storeError answers err, an error of the database or of a record, with
+// failure answers err, an error of the database or of a record, with
 // no detail: the caller learns only whether to retry.
-func (o *options) storeError(ctx context.Context, op string, err error) error {
+func (o *options) failure(ctx context.Context, op string, err error) error {
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, "deadline exceeded")

@@ -71,7 +71,8 @@ type chainDeps struct {
 //   - global rate, then per-key rate: a call over its rate never takes an
 //     in-flight slot.
 //   - concurrency: sheds at once what exceeds limits.max_inflight.
-//   - timeout: so only the handler's time counts against it.
+//   - timeout: so only the handler's time, its idempotency transaction
+//     included, counts against it.
 //   - failfast: while the database is down, the calls that need it
 //     answer Unavailable at once rather than at their deadline.
 //   - idempotency (creates and cancel only): innermost, so a call rejected

@@ -96,7 +96,9 @@ func TestIdempotencyReplayREST(t *testing.T) {
 
 func TestIdempotencyReplayGRPC(t *testing.T) {
 	t.Parallel()
-	e := newTestEnv(t)
+	// CreateAccount hashes a password: on a loaded machine under -race that
+	// can take longer than the default deadline, which is not under test.
+	e := newTestEnv(t, func(c *config.Config) { c.Limits.Timeout = 30 * time.Second })
 	id := e.insertAccount(t, "igor")
 	req := &shebav1.CreateSubscriptionRequest{AccountId: id, Plan: "pro"}
 	ctx := withIdemKey(t.Context(), "grpc-1")

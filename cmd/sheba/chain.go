@@ -98,6 +98,7 @@ func chainLinks(d chainDeps) []link {
 	if l := d.limits; l.Rate > 0 {
 		links = append(links, link{"rate", ratelimit.UnaryServerInterceptor(
 			ratelimit.NewBucket(l.Rate, l.Burst),
+			ratelimit.WithPolicyName("global"),
 			ratelimit.WithOnReject(m.Rejected(metrics.ReasonRate)),
 		)})
 	}
@@ -105,6 +106,7 @@ func chainLinks(d chainDeps) []link {
 		links = append(links, link{"key_rate", ratelimit.UnaryServerInterceptor(
 			ratelimit.NewPerKey(l.PerKeyRate, l.PerKeyBurst, d.keyIDs, apikey.IDFromContext),
 			ratelimit.WithMessage("rate limit of this API key exceeded"),
+			ratelimit.WithPolicyName("key"),
 			ratelimit.WithOnReject(m.Rejected(metrics.ReasonKeyRate)),
 		)})
 	}

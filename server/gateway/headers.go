@@ -24,6 +24,10 @@ func outgoingHeader(key string) (string, bool) {
 		return "Retry-After", true
 	case "x-request-id":
 		return "X-Request-Id", true
+	case "ratelimit-policy":
+		return "RateLimit-Policy", true
+	case "ratelimit":
+		return "RateLimit", true
 	}
 	return runtime.MetadataHeaderPrefix + key, true
 }

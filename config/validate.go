@@ -7,8 +7,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
 )
 
 // Validate reports the first problem with c, checking keys in the order of
@@ -40,6 +42,7 @@ func (c Config) check() *Error {
 			return checkBurst("limits.per_key_burst", c.Limits.PerKeyBurst, "limits.per_key_rate", c.Limits.PerKeyRate)
 		},
 		func() *Error { return positive("limits.timeout", c.Limits.Timeout) },
+		func() *Error { return checkMinInflight(c.Limits) },
 		func() *Error { return checkKeys(c.Auth.Keys) },
 		func() *Error { return checkPublic(c.Auth.Public) },
 		func() *Error { return atLeast("compression.min_bytes", c.Compression.MinBytes, 0) },
@@ -54,6 +57,8 @@ func (c Config) check() *Error {
 		},
 		func() *Error { return oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error") },
 		func() *Error { return oneOf("log.format", c.Log.Format, "json", "text") },
+		func() *Error { return checkRedisURL(c.Redis.URL) },
+		func() *Error { return checkRedisTimeout(c.Redis.Timeout) },
 	}
 	for _, check := range checks {
 		if e := check(); e != nil {
@@ -255,6 +260,38 @@ func validIdent(s string) bool {
 func oneOf(key, v string, allowed ...string) *Error {
 	if !slices.Contains(allowed, v) {
 		return bad(key, "must be one of %s; got %q", strings.Join(allowed, ", "), v)
+	}
+	return nil
+}
+
+// checkMinInflight checks the floor of the adaptive concurrency limit.
+func checkMinInflight(l Limits) *Error {
+	if e := atLeast("limits.min_inflight", l.MinInflight, 1); e != nil {
+		return e
+	}
+	if l.Adaptive && l.MinInflight > l.MaxInflight {
+		return bad("limits.min_inflight", "must be at most limits.max_inflight (%d) when limits.adaptive is true, got %d", l.MaxInflight, l.MinInflight)
+	}
+	return nil
+}
+
+// checkRedisURL checks that a set redis.url parses. Like database.url, the
+// value and the parser's message are left out: they may quote a password.
+func checkRedisURL(url string) *Error {
+	if url == "" {
+		return nil
+	}
+	if _, err := redis.ParseURL(url); err != nil {
+		return bad("redis.url", "must be empty (limits per process) or a redis:// or rediss:// URL (redis://user:password@host:6379/0); the value given does not parse")
+	}
+	return nil
+}
+
+// checkRedisTimeout checks the bound of one decision in Redis: above a
+// second, a slow Redis would hold every request.
+func checkRedisTimeout(d time.Duration) *Error {
+	if d <= 0 || d > time.Second {
+		return bad("redis.timeout", "must be greater than 0 and at most 1s (a few milliseconds is usual), got %v", d)
 	}
 	return nil
 }

@@ -31,7 +31,9 @@ func TestValidate(t *testing.T) {
 		{name: "no public methods", change: func(c *Config) { c.Auth.Public = nil }},
 		{name: "adaptive", change: func(c *Config) { c.Limits.Adaptive, c.Limits.MinInflight, c.Limits.MaxInflight = true, 4, 4 }},
 		{name: "min above max without adaptive", change: func(c *Config) { c.Limits.MinInflight, c.Limits.MaxInflight = 8, 2 }},
-		{name: "redis", change: func(c *Config) { c.Redis.URL, c.Redis.Timeout = "redis://:secret@127.0.0.1:6379/1", 10 * time.Millisecond }},
+		{name: "redis", change: func(c *Config) {
+			c.Redis.URL, c.Redis.Timeout = "redis://:secret@127.0.0.1:6379/1", 10*time.Millisecond
+		}},
 		{name: "drain delay inside timeout", change: func(c *Config) { c.Shutdown.DrainDelay, c.Shutdown.Timeout = 5*time.Second, 6*time.Second }},
 
 		// One failing case per rule, in the order Validate checks them.

@@ -33,6 +33,7 @@ func TestMain(m *testing.M) {
 	// gRPC compressors are registered once per process, before any
 	// server, as main does.
 	grpczstd.Register()
+	quietRedisLog()
 	os.Exit(m.Run())
 }
 

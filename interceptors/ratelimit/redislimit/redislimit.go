@@ -73,8 +73,8 @@ func New(client redis.UniversalClient, opts ...Option) *Backend {
 // NewClient returns a go-redis client for the redis:// or rediss:// url,
 // set up for decisions under a short deadline: the context's deadline
 // reaches the socket, a failed command is not retried (the fallback
-// answers instead), and connecting gives up after timeout × 20 (at least
-// 100 ms).
+// answers instead), and connecting is tried once and gives up after
+// timeout × 20 (at least 100 ms).
 func NewClient(url string, timeout time.Duration) (*redis.Client, error) {
 	o, err := redis.ParseURL(url)
 	if err != nil {
@@ -83,6 +83,9 @@ func NewClient(url string, timeout time.Duration) (*redis.Client, error) {
 	o.ContextTimeoutEnabled = true
 	o.MaxRetries = -1
 	o.DialTimeout = max(100*time.Millisecond, 20*timeout)
+	// The probe dials again a second later; retrying here only piles up
+	// dials to a Redis that is down.
+	o.DialerRetries = 1
 	return redis.NewClient(o), nil
 }
 

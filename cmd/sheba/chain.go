@@ -33,9 +33,9 @@ import (
 type chainDeps struct {
 	limits config.Limits
 	// authn checks API keys; keyIDs are the ids of the configured keys.
-	authn    *apikey.Authenticator
-	keyIDs   []string
-	log      *slog.Logger
+	authn  *apikey.Authenticator
+	keyIDs []string
+	log    *slog.Logger
 	// rate holds the global and per-key rate limits (nil: off).
 	rate     rateLimits
 	inflight concurrency.Limiter

@@ -54,7 +54,7 @@ func rateFields(t *testing.T, policy, current []string) (name string, q, w, r, t
 func TestRateLimitHeaders(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t, func(c *config.Config) {
-		c.Limits.Rate, c.Limits.Burst = 10, 1000 // q=1000, w=100
+		c.Limits.Rate, c.Limits.Burst = 10, 1000           // q=1000, w=100
 		c.Limits.PerKeyRate, c.Limits.PerKeyBurst = 0.5, 3 // q=3, w=6
 	})
 	// REST with the key: the per-key limit is the tighter.

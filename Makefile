@@ -67,7 +67,7 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
 	if [ -n "$$out" ]; then echo "gofmt needed: $$out" >&2; exit 1; fi
 
-# Load benchmarks (bench/README.md): sheba beside bare baselines, about 4
+# Load benchmarks (bench/README.md): sheba beside bare baselines, about 6
 # minutes; SCENARIO=ping-rest (or a comma list) runs only those, and
 # BENCHFLAGS passes other flags (e.g. BENCHFLAGS="-pairs 5 -d 10s"). The
 # driver runs on the throwaway Postgres of scripts/pg.sh, like the tests.

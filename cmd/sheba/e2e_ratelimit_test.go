@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dunglas/httpsfv"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -18,35 +17,9 @@ import (
 
 	"github.com/shebasvc/sheba/config"
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
+	"github.com/shebasvc/sheba/interceptors/interceptortest"
 	"github.com/shebasvc/sheba/interceptors/ratelimit/redislimit/redistest"
 )
-
-// rateFields parses RateLimit-Policy and RateLimit with a Structured Field
-// Values parser; it fails the test unless each is one item with
-// non-negative integer parameters q, w and r, t.
-func rateFields(t *testing.T, policy, current []string) (name string, q, w, r, tt int64) {
-	t.Helper()
-	pl, err1 := httpsfv.UnmarshalList(policy)
-	cl, err2 := httpsfv.UnmarshalList(current)
-	if err1 != nil || err2 != nil || len(pl) != 1 || len(cl) != 1 {
-		t.Fatalf("RateLimit-Policy %q, RateLimit %q: want one list item each (%v, %v)", policy, current, err1, err2)
-	}
-	pi, ok1 := pl[0].(httpsfv.Item)
-	ci, ok2 := cl[0].(httpsfv.Item)
-	if !ok1 || !ok2 || pi.Value != ci.Value {
-		t.Fatalf("RateLimit-Policy %q, RateLimit %q: want items naming the same policy", policy, current)
-	}
-	param := func(p *httpsfv.Params, k string) int64 {
-		v, _ := p.Get(k)
-		n, ok := v.(int64)
-		if !ok || n < 0 {
-			t.Fatalf("parameter %s = %v in %q %q, want a non-negative integer", k, v, policy, current)
-		}
-		return n
-	}
-	name, _ = pi.Value.(string)
-	return name, param(pi.Params, "q"), param(pi.Params, "w"), param(ci.Params, "r"), param(ci.Params, "t")
-}
 
 // TestRateLimitHeaders checks the RateLimit fields on REST headers and gRPC
 // metadata: the tightest policy, r counting down, and a 429 whose
@@ -60,7 +33,7 @@ func TestRateLimitHeaders(t *testing.T) {
 	// REST with the key: the per-key limit is the tighter.
 	for i := range 4 {
 		resp := e.do(t, http.MethodGet, "/v1/ping", "")
-		name, q, w, r, tt := rateFields(t, resp.header.Values("RateLimit-Policy"), resp.header.Values("RateLimit"))
+		name, q, w, r, tt := interceptortest.RateLimitFields(t, resp.header.Values("RateLimit-Policy"), resp.header.Values("RateLimit"))
 		if name != "key" || q != 3 || w != 6 {
 			t.Errorf("REST call %d: policy %q q=%d w=%d, want \"key\" q=3 w=6", i+1, name, q, w)
 		}
@@ -86,7 +59,7 @@ func TestRateLimitHeaders(t *testing.T) {
 		if _, err := shebav1.NewPingServiceClient(e.anon).Ping(t.Context(), &shebav1.PingRequest{}, grpc.Header(&header)); err != nil {
 			t.Fatalf("gRPC ping: %v", err)
 		}
-		name, q, _, r, _ := rateFields(t, header.Get("ratelimit-policy"), header.Get("ratelimit"))
+		name, q, _, r, _ := interceptortest.RateLimitFields(t, header.Get("ratelimit-policy"), header.Get("ratelimit"))
 		if name != "global" || q != 1000 || (prev >= 0 && r >= prev) {
 			t.Errorf("gRPC call %d: policy %q q=%d r=%d (previous r %d), want \"global\" q=1000 and r decreasing", i+1, name, q, r, prev)
 		}

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dunglas/httpsfv"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -119,38 +118,6 @@ func TestPolicyOf(t *testing.T) {
 	}
 }
 
-// parseFields parses the two fields with a Structured Field Values parser
-// and returns the one item of each: its name and its parameters.
-func parseFields(t *testing.T, policy, current string) (name string, q, w, r, tt int64) {
-	t.Helper()
-	pl, err := httpsfv.UnmarshalList([]string{policy})
-	if err != nil || len(pl) != 1 {
-		t.Fatalf("RateLimit-Policy %q: %v (%d members), want one item", policy, err, len(pl))
-	}
-	cl, err := httpsfv.UnmarshalList([]string{current})
-	if err != nil || len(cl) != 1 {
-		t.Fatalf("RateLimit %q: %v (%d members), want one item", current, err, len(cl))
-	}
-	pi, ok1 := pl[0].(httpsfv.Item)
-	ci, ok2 := cl[0].(httpsfv.Item)
-	if !ok1 || !ok2 {
-		t.Fatalf("fields %q, %q: members are not items", policy, current)
-	}
-	if pi.Value != ci.Value {
-		t.Errorf("policy names differ: %v and %v", pi.Value, ci.Value)
-	}
-	name, _ = pi.Value.(string)
-	param := func(p *httpsfv.Params, k, field string) int64 {
-		v, ok := p.Get(k)
-		n, isInt := v.(int64)
-		if !ok || !isInt || n < 0 {
-			t.Fatalf("%s: parameter %s is %v, want a non-negative integer", field, k, v)
-		}
-		return n
-	}
-	return name, param(pi.Params, "q", policy), param(pi.Params, "w", policy), param(ci.Params, "r", current), param(ci.Params, "t", current)
-}
-
 // TestFields checks the syntax of the fields through a real server: r
 // counts down as calls are made, q and w stay, and the 429's Retry-After
 // is never earlier than its t.
@@ -164,7 +131,7 @@ func TestFields(t *testing.T) {
 		if len(policy) != 1 || len(current) != 1 {
 			t.Fatalf("call %d: fields %q, %q; want one of each", i+1, policy, current)
 		}
-		name, q, w, r, tt := parseFields(t, policy[0], current[0])
+		name, q, w, r, tt := interceptortest.RateLimitFields(t, policy, current)
 		if name != "global" || q != 3 || w != 3 {
 			t.Errorf("call %d: policy %q q=%d w=%d, want \"global\" q=3 w=3", i+1, name, q, w)
 		}
@@ -211,7 +178,7 @@ func TestTightest(t *testing.T) {
 		if len(header.Get(ratelimit.PolicyKey)) != 1 || len(header.Get(ratelimit.StateKey)) != 1 {
 			t.Fatalf("call %d: fields %q; want exactly one of each", i+1, header)
 		}
-		name, _, _, r, _ := parseFields(t, header.Get(ratelimit.PolicyKey)[0], header.Get(ratelimit.StateKey)[0])
+		name, _, _, r, _ := interceptortest.RateLimitFields(t, header.Get(ratelimit.PolicyKey), header.Get(ratelimit.StateKey))
 		if name != want.name || r != want.r || status.Code(err) != want.code {
 			t.Errorf("call %d: got %q r=%d %v, want %q r=%d %v", i+1, name, r, status.Code(err), want.name, want.r, want.code)
 		}

@@ -123,13 +123,7 @@ func TestFallbackAndRecovery(t *testing.T) {
 	}
 
 	srv.Restart()
-	deadline := time.Now().Add(5 * time.Second)
-	for !backend.Up() && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if !backend.Up() {
-		t.Fatal("still down 5s after Redis came back")
-	}
+	waitUp(t, backend)
 	before := fb.calls.Load()
 	l.Allow(t.Context())
 	if fb.calls.Load() != before {
@@ -171,12 +165,16 @@ func TestSlowRedis(t *testing.T) {
 	}
 	t.Logf("first decision with Redis hung took %v (timeout 20ms)", took)
 	srv.Resume()
-	deadline := time.Now().Add(5 * time.Second)
-	for !backend.Up() && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if !backend.Up() {
-		t.Error("still down 5s after Redis resumed")
+	waitUp(t, backend)
+}
+
+// waitUp waits up to 5 s for the probe to find Redis back.
+func waitUp(t *testing.T, b *redislimit.Backend) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !b.Up(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("still down 5s after Redis came back")
+		}
 	}
 }
 

@@ -14,10 +14,11 @@ import (
 )
 
 // Validate reports the first problem with c, checking keys in the order of
-// the YAML (http, grpc, database, limits, auth, compression, shutdown, log),
-// so the same config always yields the same error. The error is an *Error
-// whose Env is empty; Load fills it in when the value came from the
-// environment. Validate parses database.url but connects nowhere.
+// the YAML (http, grpc, database, limits, auth, compression, shutdown, log,
+// redis), so the same config always yields the same error. The error is an
+// *Error whose Env is empty; Load fills it in when the value came from the
+// environment. Validate parses database.url and redis.url but connects
+// nowhere.
 func (c Config) Validate() error {
 	if e := c.check(); e != nil {
 		return e

@@ -223,7 +223,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	}
 
 	// Tools first: fail before building anything.
-	if want("ping-rest", "error-rest", "readyz", "get-subscription", "ping-rest-traced") {
+	if want("ping-rest", "error-rest", "readyz", "get-subscription", "ping-rest-traced", "ping-rest-redis") {
 		if b.bins.wrk, err = ensureWrk(ctx, logf); err != nil {
 			return err
 		}

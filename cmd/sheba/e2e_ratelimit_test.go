@@ -145,10 +145,12 @@ func TestRateLimitsSharedThroughRedis(t *testing.T) {
 		envs[i] = newTestEnv(t, func(c *config.Config) {
 			c.Limits.PerKeyRate, c.Limits.PerKeyBurst = 50, 50
 			c.Redis.URL = srv.URL()
-			// Larger than the 5 ms default so that a test machine loaded
-			// by -race and parallel packages does not fall back by itself;
-			// the outage below is a killed Redis, found at once.
-			c.Redis.Timeout = 100 * time.Millisecond
+			// The most allowed, not the 5 ms default: a test machine
+			// loaded by -race and other packages stalls for hundreds of
+			// milliseconds, which would send the replicas to their own
+			// buckets by themselves. The outage below is a killed Redis,
+			// found at once whatever the timeout.
+			c.Redis.Timeout = time.Second
 		})
 	}
 

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -206,4 +208,43 @@ func TestRateLimitsSharedThroughRedis(t *testing.T) {
 		}
 	}
 	t.Logf("back on Redis after %v", time.Since(restarted).Round(time.Millisecond))
+}
+
+// TestRedisTracedAndCounted checks that a decision in Redis is a client
+// span below the call's server span, and that the pool and the backend
+// state are on /metrics.
+func TestRedisTracedAndCounted(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	tp, exp := newRecorder(t)
+	e := newTestEnvWith(t, tp, nil, func(c *config.Config) {
+		c.Limits.PerKeyRate, c.Limits.PerKeyBurst = 100, 100
+		c.Redis.URL, c.Redis.Timeout = srv.URL(), time.Second
+	})
+	if _, err := e.ping.Ping(t.Context(), &shebav1.PingRequest{}); err != nil {
+		t.Fatalf("ping: %v", err)
+	}
+	spans := exp.GetSpans()
+	var serverID string
+	for _, s := range spans {
+		if s.SpanKind == trace.SpanKindServer && strings.Contains(s.Name, "PingService/Ping") {
+			serverID = s.SpanContext.SpanID().String()
+		}
+	}
+	found := false
+	for _, s := range spans {
+		if hasAttr(s.Attributes, attribute.String("db.system", "redis")) && s.Parent.SpanID().String() == serverID {
+			found = true
+		}
+	}
+	if serverID == "" || !found {
+		t.Errorf("no span with db.system=redis under the server span; spans: %s", spanNames(spans))
+	}
+	families := e.scrape(t)
+	if v := series(families, "sheba_redis_pool_total_conns")[""]; v < 1 {
+		t.Errorf("sheba_redis_pool_total_conns %v, want at least 1", v)
+	}
+	if v := series(families, "sheba_ratelimit_backend_up")[""]; v != 1 {
+		t.Errorf("sheba_ratelimit_backend_up %v, want 1", v)
+	}
 }

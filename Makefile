@@ -12,7 +12,7 @@ BIN := bin/sheba
 PKGS := ./...
 TESTFLAGS ?= -shuffle=on -count=1
 
-.PHONY: all build run test test-race generate generate-check lint bench clean dev-db-stop
+.PHONY: all build run test test-race generate generate-check lint bench bench-limits clean dev-db-stop
 
 all: build
 
@@ -67,12 +67,21 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
 	if [ -n "$$out" ]; then echo "gofmt needed: $$out" >&2; exit 1; fi
 
-# Load benchmarks (bench/README.md): sheba beside bare baselines, about 4
+# Load benchmarks (bench/README.md): sheba beside bare baselines, about 6
 # minutes; SCENARIO=ping-rest (or a comma list) runs only those, and
 # BENCHFLAGS passes other flags (e.g. BENCHFLAGS="-pairs 5 -d 10s"). The
 # driver runs on the throwaway Postgres of scripts/pg.sh, like the tests.
 bench:
 	bash scripts/pg.sh test -- $(GO) run ./bench/cmd/sheba-bench -go "$(GO)" $(if $(SCENARIO),-scenario "$(SCENARIO)") $(BENCHFLAGS)
+	$(if $(SCENARIO),,$(MAKE) bench-limits)
+
+# The limits' own measurements (bench/README.md): the cost of one rate-limit
+# decision in Redis beside the in-process bucket, and the adaptive
+# concurrency limit under overload (about 45 s). make bench runs it after
+# the table.
+bench-limits:
+	$(GO) test -run '^$$' -bench BenchmarkAllow -benchtime 2s ./interceptors/ratelimit/redislimit
+	SHEBA_OVERLOAD=1 bash scripts/pg.sh test -- $(GO) test -count=1 -run '^TestAdaptiveOverload$$' -v ./cmd/sheba
 
 # Stops the dev Postgres of make run (in .data/, or its folder under /var/tmp).
 dev-db-stop:

@@ -18,6 +18,7 @@ type Config struct {
 	Shutdown    Shutdown    `yaml:"shutdown"`
 	Log         Log         `yaml:"log"`
 	Idempotency Idempotency `yaml:"idempotency"`
+	Redis       Redis       `yaml:"redis"`
 }
 
 // HTTP configures the REST gateway and operator endpoints.
@@ -63,6 +64,21 @@ type Limits struct {
 	PerKeyBurst int `yaml:"per_key_burst"`
 	// Timeout is the deadline given to a request that brings none or a
 	// longer one.
+	Timeout time.Duration `yaml:"timeout"`
+	// Adaptive lets the concurrency limit move between MinInflight and
+	// MaxInflight by the latency it measures (a gradient limiter).
+	Adaptive bool `yaml:"adaptive"`
+	// MinInflight is the lowest the adaptive limit goes.
+	MinInflight int `yaml:"min_inflight"`
+}
+
+// Redis configures the store of rate limits shared by every replica.
+type Redis struct {
+	// URL is a redis:// or rediss:// URL; empty means each process limits
+	// alone. It may hold a password, so it is never printed.
+	URL string `yaml:"url"`
+	// Timeout bounds one rate-limit decision in Redis; a slower one, or a
+	// Redis that is down, makes the replica fall back to its own buckets.
 	Timeout time.Duration `yaml:"timeout"`
 }
 
@@ -123,12 +139,14 @@ func Default() Config {
 		Limits: Limits{
 			MaxInflight: 512,
 			Timeout:     5 * time.Second,
+			MinInflight: 8,
 		},
 		Auth:        Auth{Public: []string{"/sheba.v1.PingService/Ping"}},
 		Compression: Compression{MinBytes: 1024},
 		Shutdown:    Shutdown{Timeout: 30 * time.Second},
 		Log:         Log{Level: "info", Format: "json"},
 		Idempotency: Idempotency{TTL: 24 * time.Hour},
+		Redis:       Redis{Timeout: 5 * time.Millisecond},
 	}
 }
 

@@ -47,6 +47,8 @@ func TestEnvNames(t *testing.T) {
 		"SHEBA_LIMITS_PER_KEY_RATE",
 		"SHEBA_LIMITS_PER_KEY_BURST",
 		"SHEBA_LIMITS_TIMEOUT",
+		"SHEBA_LIMITS_ADAPTIVE",
+		"SHEBA_LIMITS_MIN_INFLIGHT",
 		"SHEBA_AUTH_KEYS",
 		"SHEBA_AUTH_PUBLIC",
 		"SHEBA_COMPRESSION_MIN_BYTES",
@@ -55,6 +57,8 @@ func TestEnvNames(t *testing.T) {
 		"SHEBA_LOG_LEVEL",
 		"SHEBA_LOG_FORMAT",
 		"SHEBA_IDEMPOTENCY_TTL",
+		"SHEBA_REDIS_URL",
+		"SHEBA_REDIS_TIMEOUT",
 	}
 	var got []string
 	_, _ = Load("", func(name string) (string, bool) {
@@ -95,6 +99,8 @@ limits:
   per_key_rate: 5
   per_key_burst: 2
   timeout: 1m30s
+  adaptive: true
+  min_inflight: 3
 auth:
   keys:
     - { id: "billing-svc", sha256: "` + testKey.SHA256 + `" }
@@ -103,6 +109,7 @@ compression: { min_bytes: 0 }
 shutdown: { drain_delay: 5s, timeout: 20s }
 log: { level: debug, format: text }
 idempotency: { ttl: 1h }
+redis: { url: "redis://cache:6379/2", timeout: 8ms }
 `,
 			want: func(c *Config) {
 				*c = Config{
@@ -112,6 +119,7 @@ idempotency: { ttl: 1h }
 					Limits: Limits{
 						MaxInflight: 10, Rate: 100.5, Burst: 20,
 						PerKeyRate: 5, PerKeyBurst: 2, Timeout: 90 * time.Second,
+						Adaptive: true, MinInflight: 3,
 					},
 					Auth: Auth{
 						Keys:   []APIKey{testKey},
@@ -121,6 +129,7 @@ idempotency: { ttl: 1h }
 					Shutdown:    Shutdown{DrainDelay: 5 * time.Second, Timeout: 20 * time.Second},
 					Log:         Log{Level: "debug", Format: "text"},
 					Idempotency: Idempotency{TTL: time.Hour},
+					Redis:       Redis{URL: "redis://cache:6379/2", Timeout: 8 * time.Millisecond},
 				}
 			},
 		},
@@ -319,13 +328,13 @@ func TestLoadErrors(t *testing.T) {
 			name:    "unknown section",
 			file:    "htttp: { addr: \":80\" }\n",
 			wantKey: "htttp",
-			wantMsg: "htttp: unknown key (want one of http, grpc, database, limits, auth, compression, shutdown, log, idempotency)",
+			wantMsg: "htttp: unknown key (want one of http, grpc, database, limits, auth, compression, shutdown, log, idempotency, redis)",
 		},
 		{
 			name:    "unknown key",
 			file:    "limits:\n  max_inflite: 5\n",
 			wantKey: "limits.max_inflite",
-			wantMsg: "limits.max_inflite: unknown key (want one of max_inflight, rate, burst, per_key_rate, per_key_burst, timeout)",
+			wantMsg: "limits.max_inflite: unknown key (want one of max_inflight, rate, burst, per_key_rate, per_key_burst, timeout, adaptive, min_inflight)",
 		},
 		{
 			name:    "unknown key in a list element",

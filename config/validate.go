@@ -10,14 +10,15 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
 )
 
 // Validate reports the first problem with c, checking keys in the order of
 // the YAML (http, grpc, database, limits, auth, compression, shutdown, log,
-// idempotency),
-// so the same config always yields the same error. The error is an *Error
-// whose Env is empty; Load fills it in when the value came from the
-// environment. Validate parses database.url but connects nowhere.
+// idempotency, redis), so the same config always yields the same error. The
+// error is an *Error whose Env is empty; Load fills it in when the value came
+// from the environment. Validate parses database.url and redis.url but
+// connects nowhere.
 func (c Config) Validate() error {
 	if e := c.check(); e != nil {
 		return e
@@ -42,6 +43,7 @@ func (c Config) check() *Error {
 			return checkBurst("limits.per_key_burst", c.Limits.PerKeyBurst, "limits.per_key_rate", c.Limits.PerKeyRate)
 		},
 		func() *Error { return positive("limits.timeout", c.Limits.Timeout) },
+		func() *Error { return checkMinInflight(c.Limits) },
 		func() *Error { return checkKeys(c.Auth.Keys) },
 		func() *Error { return checkPublic(c.Auth.Public) },
 		func() *Error { return atLeast("compression.min_bytes", c.Compression.MinBytes, 0) },
@@ -57,6 +59,8 @@ func (c Config) check() *Error {
 		func() *Error { return oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error") },
 		func() *Error { return oneOf("log.format", c.Log.Format, "json", "text") },
 		func() *Error { return checkIdempotencyTTL(c.Idempotency.TTL) },
+		func() *Error { return checkRedisURL(c.Redis.URL) },
+		func() *Error { return checkRedisTimeout(c.Redis.Timeout) },
 	}
 	for _, check := range checks {
 		if e := check(); e != nil {
@@ -267,6 +271,38 @@ func oneOf(key, v string, allowed ...string) *Error {
 func checkIdempotencyTTL(ttl time.Duration) *Error {
 	if ttl < time.Second {
 		return bad("idempotency.ttl", "must be at least 1s, got %v", ttl)
+	}
+	return nil
+}
+
+// checkMinInflight checks the floor of the adaptive concurrency limit.
+func checkMinInflight(l Limits) *Error {
+	if e := atLeast("limits.min_inflight", l.MinInflight, 1); e != nil {
+		return e
+	}
+	if l.Adaptive && l.MinInflight > l.MaxInflight {
+		return bad("limits.min_inflight", "must be at most limits.max_inflight (%d) when limits.adaptive is true, got %d", l.MaxInflight, l.MinInflight)
+	}
+	return nil
+}
+
+// checkRedisURL checks that a set redis.url parses. Like database.url, the
+// value and the parser's message are left out: they may quote a password.
+func checkRedisURL(url string) *Error {
+	if url == "" {
+		return nil
+	}
+	if _, err := redis.ParseURL(url); err != nil {
+		return bad("redis.url", "must be empty (limits per process) or a redis:// or rediss:// URL (redis://user:password@host:6379/0); the value given does not parse")
+	}
+	return nil
+}
+
+// checkRedisTimeout checks the bound of one decision in Redis: above a
+// second, a slow Redis would hold every request.
+func checkRedisTimeout(d time.Duration) *Error {
+	if d <= 0 || d > time.Second {
+		return bad("redis.timeout", "must be greater than 0 and at most 1s (a few milliseconds is usual), got %v", d)
 	}
 	return nil
 }

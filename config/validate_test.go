@@ -29,6 +29,11 @@ func TestValidate(t *testing.T) {
 			},
 		},
 		{name: "no public methods", change: func(c *Config) { c.Auth.Public = nil }},
+		{name: "adaptive", change: func(c *Config) { c.Limits.Adaptive, c.Limits.MinInflight, c.Limits.MaxInflight = true, 4, 4 }},
+		{name: "min above max without adaptive", change: func(c *Config) { c.Limits.MinInflight, c.Limits.MaxInflight = 8, 2 }},
+		{name: "redis", change: func(c *Config) {
+			c.Redis.URL, c.Redis.Timeout = "redis://:secret@127.0.0.1:6379/1", 10*time.Millisecond
+		}},
 		{name: "drain delay inside timeout", change: func(c *Config) { c.Shutdown.DrainDelay, c.Shutdown.Timeout = 5*time.Second, 6*time.Second }},
 
 		// One failing case per rule, in the order Validate checks them.
@@ -145,6 +150,18 @@ func TestValidate(t *testing.T) {
 			change:  func(c *Config) { c.Limits.Timeout = 0 },
 			wantKey: "limits.timeout",
 			wantMsg: "limits.timeout: must be greater than 0, got 0s",
+		},
+		{
+			name:    "limits.min_inflight",
+			change:  func(c *Config) { c.Limits.MinInflight = 0 },
+			wantKey: "limits.min_inflight",
+			wantMsg: "limits.min_inflight: must be at least 1, got 0",
+		},
+		{
+			name:    "limits.min_inflight above max",
+			change:  func(c *Config) { c.Limits.Adaptive, c.Limits.MinInflight, c.Limits.MaxInflight = true, 10, 5 },
+			wantKey: "limits.min_inflight",
+			wantMsg: "limits.min_inflight: must be at most limits.max_inflight (5) when limits.adaptive is true, got 10",
 		},
 		{
 			name:    "auth.keys id empty",
@@ -273,6 +290,18 @@ func TestValidate(t *testing.T) {
 		{
 			name:   "idempotency.ttl of 1s",
 			change: func(c *Config) { c.Idempotency.TTL = time.Second },
+		},
+		{
+			name:    "redis.url",
+			change:  func(c *Config) { c.Redis.URL = "http://:hunter2@cache:6379" },
+			wantKey: "redis.url",
+			wantMsg: "redis.url: must be empty (limits per process) or a redis:// or rediss:// URL",
+		},
+		{
+			name:    "redis.timeout",
+			change:  func(c *Config) { c.Redis.Timeout = 0 },
+			wantKey: "redis.timeout",
+			wantMsg: "redis.timeout: must be greater than 0 and at most 1s",
 		},
 
 		// Several problems: the first in YAML order wins.

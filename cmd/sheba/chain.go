@@ -37,10 +37,12 @@ import (
 type chainDeps struct {
 	limits config.Limits
 	// authn checks API keys; keyIDs are the ids of the configured keys.
-	authn    *apikey.Authenticator
-	keyIDs   []string
-	log      *slog.Logger
-	inflight *concurrency.Limiter
+	authn  *apikey.Authenticator
+	keyIDs []string
+	log    *slog.Logger
+	// rate holds the global and per-key rate limits (nil: off).
+	rate     rateLimits
+	inflight concurrency.Limiter
 	metrics  *metrics.Metrics
 	// dbUp reports whether the database answers; needsDB lists the methods
 	// that cannot answer without it.
@@ -70,7 +72,8 @@ type chainDeps struct {
 //     identify copies it where the log, the metrics and the span see it.
 //   - global rate, then per-key rate: a call over its rate never takes an
 //     in-flight slot.
-//   - concurrency: sheds at once what exceeds limits.max_inflight.
+//   - concurrency: sheds at once what exceeds limits.max_inflight (or the
+//     adaptive limit), and measures the latency of what it admits.
 //   - timeout: so only the handler's time, its idempotency transaction
 //     included, counts against it.
 //   - failfast: while the database is down, the calls that need it
@@ -110,16 +113,18 @@ func chainLinks(d chainDeps) []link {
 		{"auth", auth.UnaryServerInterceptor(d.authn.Authenticate)},
 		{"identify", identify},
 	}
-	if l := d.limits; l.Rate > 0 {
+	if d.rate.global != nil {
 		links = append(links, link{"rate", ratelimit.UnaryServerInterceptor(
-			ratelimit.NewBucket(l.Rate, l.Burst),
+			d.rate.global,
+			ratelimit.WithPolicyName("global"),
 			ratelimit.WithOnReject(m.Rejected(metrics.ReasonRate)),
 		)})
 	}
-	if l := d.limits; l.PerKeyRate > 0 {
+	if d.rate.perKey != nil {
 		links = append(links, link{"key_rate", ratelimit.UnaryServerInterceptor(
-			ratelimit.NewPerKey(l.PerKeyRate, l.PerKeyBurst, d.keyIDs, apikey.IDFromContext),
+			d.rate.perKey,
 			ratelimit.WithMessage("rate limit of this API key exceeded"),
+			ratelimit.WithPolicyName("key"),
 			ratelimit.WithOnReject(m.Rejected(metrics.ReasonKeyRate)),
 		)})
 	}

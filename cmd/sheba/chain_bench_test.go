@@ -94,8 +94,13 @@ func benchDeps(b *testing.B, cfg config.Config) chainDeps {
 	if err != nil {
 		b.Fatal(err)
 	}
+	rate, err := newRateLimits(cfg.Limits, cfg.Redis, ids, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
 	return chainDeps{
 		limits:   cfg.Limits,
+		rate:     rate,
 		authn:    authn,
 		keyIDs:   ids,
 		log:      slog.New(slog.NewJSONHandler(io.Discard, nil)),

@@ -25,6 +25,7 @@ var (
 func main() {
 	// gRPC compressors are process-wide and registered before any server.
 	grpczstd.Register()
+	quietRedisLog()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr)
 	stop()

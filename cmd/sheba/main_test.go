@@ -33,6 +33,7 @@ func TestMain(m *testing.M) {
 	// gRPC compressors are registered once per process, before any
 	// server, as main does.
 	grpczstd.Register()
+	quietRedisLog()
 	os.Exit(m.Run())
 }
 
@@ -114,6 +115,8 @@ func TestUsageErrors(t *testing.T) {
 		{"bad value in file", map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/db"}, []string{"serve", "--config", badFile}, "limits.max_inflight"},
 		{"bad value in env", map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/db", "SHEBA_LIMITS_MAX_INFLIGHT": "lots"}, []string{"serve"}, "SHEBA_LIMITS_MAX_INFLIGHT"},
 		{"no database", nil, []string{"migrate", "status"}, "database.url"},
+		{"bad redis url", map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/db", "SHEBA_REDIS_URL": "http://:hunter2@cache"}, []string{"serve"}, "redis.url (SHEBA_REDIS_URL)"},
+		{"min above max", map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/db", "SHEBA_LIMITS_ADAPTIVE": "true", "SHEBA_LIMITS_MAX_INFLIGHT": "4"}, []string{"serve"}, "limits.min_inflight"},
 		{"bad migrate direction", nil, []string{"migrate", "sideways"}, "up, down or status"},
 		{"apikey without id", nil, []string{"apikey", "new"}, "--id"},
 		{"apikey bad id", nil, []string{"apikey", "new", "--id", "Bad Id"}, "--id"},

@@ -39,6 +39,7 @@ import (
 // shutdown.
 type service struct {
 	log      *slog.Logger
+	rate     rateLimits
 	shutdown config.Shutdown
 	health   *health.Checker
 	grpc     *grpc.Server
@@ -82,7 +83,7 @@ func newService(ctx context.Context, cfg config.Config, log *slog.Logger, d serv
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
-	inflight := concurrency.NewLimiter(cfg.Limits.MaxInflight)
+	inflight := newInflightLimiter(cfg.Limits)
 	if err := registerCollectors(registry, d.store.PoolCollector(), inflight); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
@@ -90,11 +91,21 @@ func newService(ctx context.Context, cfg config.Config, log *slog.Logger, d serv
 	if err != nil {
 		return nil, err
 	}
+	rate, err := newRateLimits(cfg.Limits, cfg.Redis, keyIDs, log, d.tracerProvider)
+	if err != nil {
+		return nil, err
+	}
+	if rate.backend != nil {
+		if err := registry.Register(rate.backend.Collector()); err != nil {
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
+	}
 	chain := unaryChain(chainDeps{
 		limits:     cfg.Limits,
 		authn:      authn,
 		keyIDs:     keyIDs,
 		log:        log,
+		rate:       rate,
 		inflight:   inflight,
 		metrics:    m,
 		dbUp:       checker.DatabaseUp,
@@ -133,6 +144,7 @@ func newService(ctx context.Context, cfg config.Config, log *slog.Logger, d serv
 	})
 	return &service{
 		log:      log,
+		rate:     rate,
 		shutdown: cfg.Shutdown,
 		health:   checker,
 		grpc:     grpcServer,
@@ -200,12 +212,16 @@ func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
 
 // registerCollectors registers the collectors beyond the call metrics: the
 // in-flight gauge, the database pool, the Go runtime and the process.
-func registerCollectors(reg prometheus.Registerer, pool prometheus.Collector, inflight *concurrency.Limiter) error {
+func registerCollectors(reg prometheus.Registerer, pool prometheus.Collector, inflight concurrency.Limiter) error {
 	for _, c := range []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "sheba_inflight_requests",
 			Help: "Business requests running now (REST and gRPC together).",
 		}, func() float64 { return float64(inflight.InFlight()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sheba_inflight_limit",
+			Help: "Business requests allowed to run at once now: limits.max_inflight, or the adaptive limit.",
+		}, func() float64 { return float64(inflight.Limit()) }),
 		pool,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -264,6 +280,12 @@ func (s *service) serve(ctx context.Context, grpcLis, httpLis net.Listener) erro
 func (s *service) stop() error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.shutdown.Timeout)
 	defer cancel()
+	// Last, when no request is left to decide a rate limit.
+	defer func() {
+		if err := s.rate.close(); err != nil {
+			s.log.Warn("closing the redis client", "error", err.Error())
+		}
+	}()
 	s.log.Info("shutting down", "drain_delay", s.shutdown.DrainDelay.String(), "timeout", s.shutdown.Timeout.String())
 	s.health.Shutdown()
 

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -27,7 +28,7 @@ func TestLimiter(t *testing.T) {
 	if got := l.InFlight(); got != 2 {
 		t.Errorf("in flight: got %d, want 2", got)
 	}
-	l.Release()
+	l.Release(time.Now(), true)
 	if !l.TryAcquire() {
 		t.Error("released slot refused")
 	}
@@ -104,5 +105,45 @@ func TestServer(t *testing.T) {
 	wg.Wait()
 	if peak.Load() != 3 {
 		t.Errorf("peak inside the handler: %d, want 3", peak.Load())
+	}
+}
+
+// recorder is a Limiter that admits everything and records how each call
+// was released.
+type recorder struct {
+	concurrency.Fixed
+	measured []bool
+}
+
+func (r *recorder) TryAcquire() bool { return true }
+func (r *recorder) Release(_ time.Time, measured bool) {
+	r.measured = append(r.measured, measured)
+}
+
+// TestMeasured checks what the limiter learns from: finished calls and
+// failed ones, but not those the caller cancelled.
+func TestMeasured(t *testing.T) {
+	r := &recorder{}
+	i := concurrency.UnaryServerInterceptor(r)
+	info := &grpc.UnaryServerInfo{FullMethod: "/x/Y"}
+	cancelledCtx, cancel := context.WithCancel(t.Context())
+	cancel()
+	for _, test := range []struct {
+		name string
+		ctx  context.Context
+		err  error
+		want bool
+	}{
+		{"ok", t.Context(), nil, true},
+		{"deadline", t.Context(), status.Error(codes.DeadlineExceeded, "late"), true},
+		{"not found", t.Context(), status.Error(codes.NotFound, "no"), true},
+		{"client cancelled", cancelledCtx, status.Error(codes.Canceled, "gone"), false},
+		{"handler saw cancel", t.Context(), context.Canceled, false},
+	} {
+		r.measured = nil
+		_, _ = i(test.ctx, nil, info, func(context.Context, any) (any, error) { return nil, test.err })
+		if len(r.measured) != 1 || r.measured[0] != test.want {
+			t.Errorf("%s: released %v, want [%v]", test.name, r.measured, test.want)
+		}
 	}
 }

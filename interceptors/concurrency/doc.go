@@ -1,10 +1,14 @@
-// Package concurrency sheds load: at most a fixed number of calls run at
+// Package concurrency sheds load: at most a limited number of calls run at
 // once, and a call that finds them all taken is rejected at once, never
 // queued.
 //
 // It sits after authentication and the rate limits (a call they reject
 // never takes a slot) and before the timeout and the handler. Rejected calls
 // carry retry-after metadata of 1 second.
+//
+// The limit is a Limiter: Fixed here, or the adaptive gradient limiter of
+// the gradient package, which learns from the latency of the calls this
+// interceptor admits (cancelled calls excepted).
 //
 // Codes: ResourceExhausted.
 package concurrency

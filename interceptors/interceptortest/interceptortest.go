@@ -5,6 +5,7 @@ import (
 	"net"
 	"testing"
 
+	"github.com/dunglas/httpsfv"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -48,4 +49,33 @@ func Serve(tb testing.TB, interceptor grpc.UnaryServerInterceptor, ping PingFunc
 // Pong is a PingFunc that answers "pong".
 func Pong(context.Context) (*shebav1.PingResponse, error) {
 	return &shebav1.PingResponse{Message: "pong"}, nil
+}
+
+// RateLimitFields parses the RateLimit-Policy and RateLimit fields (the
+// values of the header or metadata, in order) with a Structured Field
+// Values parser, and fails tb unless each is one list item, both naming
+// the same policy, with non-negative integer parameters q and w, and r and
+// t. It returns the policy's name and the four numbers.
+func RateLimitFields(tb testing.TB, policy, current []string) (name string, q, w, r, t int64) {
+	tb.Helper()
+	pl, err1 := httpsfv.UnmarshalList(policy)
+	cl, err2 := httpsfv.UnmarshalList(current)
+	if err1 != nil || err2 != nil || len(pl) != 1 || len(cl) != 1 {
+		tb.Fatalf("RateLimit-Policy %q, RateLimit %q: want one list item each (%v, %v)", policy, current, err1, err2)
+	}
+	pi, ok1 := pl[0].(httpsfv.Item)
+	ci, ok2 := cl[0].(httpsfv.Item)
+	if !ok1 || !ok2 || pi.Value != ci.Value {
+		tb.Fatalf("RateLimit-Policy %q, RateLimit %q: want items naming the same policy", policy, current)
+	}
+	param := func(p *httpsfv.Params, k string) int64 {
+		v, _ := p.Get(k)
+		n, ok := v.(int64)
+		if !ok || n < 0 {
+			tb.Fatalf("parameter %s = %v in %q %q, want a non-negative integer", k, v, policy, current)
+		}
+		return n
+	}
+	name, _ = pi.Value.(string)
+	return name, param(pi.Params, "q"), param(pi.Params, "w"), param(ci.Params, "r"), param(ci.Params, "t")
 }

@@ -7,6 +7,17 @@
 // (whole seconds, at least 1) computed from the bucket; the REST gateway
 // turns it into a Retry-After header.
 //
+// Every call under a limit is told where it stands in the syntax of
+// draft-ietf-httpapi-ratelimit-headers-11: "ratelimit-policy" (q, w) and
+// "ratelimit" (r, t) response metadata, which the gateway sends as the
+// RateLimit-Policy and RateLimit headers. With the global and the per-key
+// interceptors chained, only the tightest limit is told
+// (docs/api.md#rate-limit-headers). On a rejection, retry-after is never
+// earlier than t.
+//
+// The Limiter is an interface: the in-process token buckets here, or the
+// limits shared through Redis in the redislimit package.
+//
 // go-grpc-middleware's ratelimit interceptor is not used: its Limiter can
 // only fail, so it cannot say when to retry, and its message names the
 // middleware rather than the limit.

@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -12,15 +13,58 @@ import (
 	"github.com/shebasvc/sheba/interceptors/retryafter"
 )
 
-// Limiter decides whether a call may proceed now. When it may not, it says
-// how long until it could.
+// Limiter decides whether a call may proceed now, and says where the caller
+// stands against the limit. Implementations must be safe for concurrent
+// use.
 type Limiter interface {
-	Allow(ctx context.Context) (ok bool, retryAfter time.Duration)
+	Allow(ctx context.Context) Decision
+}
+
+// Decision is a Limiter's answer for one call.
+type Decision struct {
+	// Allowed says whether the call may proceed.
+	Allowed bool
+	// RetryAfter is, for a refused call, how long until one could pass.
+	RetryAfter time.Duration
+	// Policy is the limit that applied; the zero Policy means the call is
+	// not under this limit (no RateLimit fields are sent for it).
+	Policy Policy
+	// Remaining is the number of calls the caller may still make at once
+	// after this one (the draft's r).
+	Remaining int
+	// Reset is how long until the whole quota is available again (the
+	// draft's t, before rounding up to whole seconds).
+	Reset time.Duration
+}
+
+// Policy is a limit in the terms of the RateLimit-Policy field: Quota
+// calls (q) per Window (w). See docs/api.md#rate-limit-headers for how a
+// token bucket of a rate and a burst maps to it.
+type Policy struct {
+	Quota  int
+	Window time.Duration
+}
+
+// PolicyOf returns the policy of a token bucket refilled at perSecond
+// holding at most burst: q = burst, w = burst/perSecond rounded up to whole
+// seconds (at least 1).
+func PolicyOf(perSecond float64, burst int) Policy {
+	return Policy{Quota: burst, Window: time.Duration(Seconds(time.Duration(float64(burst)/perSecond*float64(time.Second)))) * time.Second}
+}
+
+// Seconds rounds d up to whole seconds, and 0 for d <= 0: the draft's
+// integer form of w and t.
+func Seconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64(math.Ceil(d.Seconds()))
 }
 
 type options struct {
 	onReject func(ctx context.Context)
 	message  string
+	name     string
 }
 
 // Option configures the interceptor.
@@ -37,19 +81,36 @@ func WithMessage(msg string) Option {
 	return func(o *options) { o.message = msg }
 }
 
+// WithPolicyName names the policy in the RateLimit fields (default
+// "default").
+func WithPolicyName(name string) Option {
+	return func(o *options) { o.name = name }
+}
+
 // UnaryServerInterceptor rejects the calls that l does not allow with
-// ResourceExhausted and retry-after metadata.
+// ResourceExhausted and retry-after metadata, and tells every call under
+// the limit its state in ratelimit-policy and ratelimit response metadata.
+// When several of these interceptors are chained, the outermost one sends
+// the fields of the tightest limit (see tightest).
 func UnaryServerInterceptor(l Limiter, opts ...Option) grpc.UnaryServerInterceptor {
-	o := options{onReject: func(context.Context) {}, message: "rate limit exceeded"}
+	o := options{onReject: func(context.Context) {}, message: "rate limit exceeded", name: "default"}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	rejected := status.Error(codes.ResourceExhausted, o.message)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		ok, wait := l.Allow(ctx)
-		if !ok {
+		d := l.Allow(ctx)
+		st, inner := ctx.Value(stateKey{}).(*state)
+		if !inner {
+			st = &state{}
+			ctx = context.WithValue(ctx, stateKey{}, st)
+			defer st.send(ctx)
+		}
+		st.offer(o.name, d)
+		if !d.Allowed {
 			o.onReject(ctx)
-			retryafter.Set(ctx, wait)
+			// Never earlier than the t the caller is told.
+			retryafter.Set(ctx, max(d.RetryAfter, time.Duration(Seconds(d.Reset))*time.Second))
 			return nil, rejected
 		}
 		return handler(ctx, req)
@@ -58,33 +119,39 @@ func UnaryServerInterceptor(l Limiter, opts ...Option) grpc.UnaryServerIntercept
 
 // Bucket is a token bucket over all callers. It is safe for concurrent use.
 type Bucket struct {
-	lim *rate.Limiter
+	lim    *rate.Limiter
+	policy Policy
 }
 
 // NewBucket returns a bucket refilled at perSecond tokens a second, holding at
 // most burst.
 func NewBucket(perSecond float64, burst int) *Bucket {
-	return &Bucket{lim: rate.NewLimiter(rate.Limit(perSecond), burst)}
+	return &Bucket{lim: rate.NewLimiter(rate.Limit(perSecond), burst), policy: PolicyOf(perSecond, burst)}
 }
 
 // Allow takes a token if there is one.
-func (b *Bucket) Allow(context.Context) (bool, time.Duration) {
-	return allow(b.lim)
+func (b *Bucket) Allow(context.Context) Decision {
+	return allow(b.lim, b.policy)
 }
 
-func allow(lim *rate.Limiter) (bool, time.Duration) {
+func allow(lim *rate.Limiter, p Policy) Decision {
 	now := time.Now()
-	if lim.AllowN(now, 1) {
-		return true, 0
+	d := Decision{Allowed: true, Policy: p}
+	if !lim.AllowN(now, 1) {
+		d.Allowed = false
+		// Ask when a token would be free without keeping the reservation.
+		r := lim.ReserveN(now, 1)
+		if !r.OK() {
+			d.RetryAfter = time.Second
+		} else {
+			d.RetryAfter = r.DelayFrom(now)
+			r.CancelAt(now)
+		}
 	}
-	// Ask when a token would be free without keeping the reservation.
-	r := lim.ReserveN(now, 1)
-	if !r.OK() {
-		return false, time.Second
-	}
-	wait := r.DelayFrom(now)
-	r.CancelAt(now)
-	return false, wait
+	tokens := max(0, lim.TokensAt(now))
+	d.Remaining = int(tokens)
+	d.Reset = time.Duration((float64(lim.Burst()) - tokens) / float64(lim.Limit()) * float64(time.Second))
+	return d
 }
 
 // PerKey holds one token bucket per caller id. The set of ids is fixed when
@@ -94,12 +161,13 @@ func allow(lim *rate.Limiter) (bool, time.Duration) {
 type PerKey struct {
 	buckets map[string]*rate.Limiter
 	id      func(ctx context.Context) string
+	policy  Policy
 }
 
 // NewPerKey returns per-key buckets for ids, each refilled at perSecond and
 // holding at most burst; id reads the caller id from a call's context.
 func NewPerKey(perSecond float64, burst int, ids []string, id func(ctx context.Context) string) *PerKey {
-	p := &PerKey{buckets: make(map[string]*rate.Limiter, len(ids)), id: id}
+	p := &PerKey{buckets: make(map[string]*rate.Limiter, len(ids)), id: id, policy: PolicyOf(perSecond, burst)}
 	for _, k := range ids {
 		p.buckets[k] = rate.NewLimiter(rate.Limit(perSecond), burst)
 	}
@@ -107,10 +175,10 @@ func NewPerKey(perSecond float64, burst int, ids []string, id func(ctx context.C
 }
 
 // Allow takes a token from the caller's bucket if there is one.
-func (p *PerKey) Allow(ctx context.Context) (bool, time.Duration) {
+func (p *PerKey) Allow(ctx context.Context) Decision {
 	lim, ok := p.buckets[p.id(ctx)]
 	if !ok {
-		return true, 0
+		return Decision{Allowed: true}
 	}
-	return allow(lim)
+	return allow(lim, p.policy)
 }

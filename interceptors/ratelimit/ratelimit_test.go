@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -22,11 +23,12 @@ func ok(context.Context, any) (any, error) { return "ok", nil }
 func TestBucket(t *testing.T) {
 	b := ratelimit.NewBucket(1, 3) // 3 at once, then one a second
 	for i := range 3 {
-		if allowed, _ := b.Allow(t.Context()); !allowed {
+		if !b.Allow(t.Context()).Allowed {
 			t.Fatalf("call %d of the burst was refused", i+1)
 		}
 	}
-	allowed, wait := b.Allow(t.Context())
+	d := b.Allow(t.Context())
+	allowed, wait := d.Allowed, d.RetryAfter
 	if allowed {
 		t.Fatal("call past the burst was allowed")
 	}
@@ -34,7 +36,8 @@ func TestBucket(t *testing.T) {
 		t.Errorf("retry after %v, want within (0, 1s]", wait)
 	}
 	// Refusals do not consume tokens: the next token comes as promised.
-	allowed2, wait2 := b.Allow(t.Context())
+	d2 := b.Allow(t.Context())
+	allowed2, wait2 := d2.Allowed, d2.RetryAfter
 	if allowed2 || wait2 > wait {
 		t.Errorf("second refusal: allowed %v, wait %v; want refused with wait <= %v", allowed2, wait2, wait)
 	}
@@ -47,19 +50,19 @@ func TestPerKey(t *testing.T) {
 	ctxA := context.WithValue(t.Context(), ctxKey{}, "a")
 	ctxB := context.WithValue(t.Context(), ctxKey{}, "b")
 	for range 2 {
-		if allowed, _ := p.Allow(ctxA); !allowed {
+		if !p.Allow(ctxA).Allowed {
 			t.Fatal("key a refused within its burst")
 		}
 	}
-	if allowed, _ := p.Allow(ctxA); allowed {
+	if p.Allow(ctxA).Allowed {
 		t.Error("key a allowed past its burst")
 	}
-	if allowed, _ := p.Allow(ctxB); !allowed {
+	if !p.Allow(ctxB).Allowed {
 		t.Error("key b refused: keys must be limited independently")
 	}
 	// Unknown and missing ids are not limited here (nor remembered).
 	for range 10 {
-		if allowed, _ := p.Allow(context.WithValue(t.Context(), ctxKey{}, "rotating")); !allowed {
+		if !p.Allow(context.WithValue(t.Context(), ctxKey{}, "rotating")).Allowed {
 			t.Fatal("unknown id refused")
 		}
 	}
@@ -95,5 +98,89 @@ func TestServer(t *testing.T) {
 	// One token every 2 s: the next is at most 2 s away.
 	if got := header.Get("retry-after"); len(got) != 1 || (got[0] != "1" && got[0] != "2") {
 		t.Errorf("retry-after: got %q, want 1 or 2", got)
+	}
+}
+
+func TestPolicyOf(t *testing.T) {
+	for _, test := range []struct {
+		rate  float64
+		burst int
+		want  ratelimit.Policy
+	}{
+		{50, 50, ratelimit.Policy{Quota: 50, Window: time.Second}},
+		{10, 25, ratelimit.Policy{Quota: 25, Window: 3 * time.Second}},
+		{100, 10, ratelimit.Policy{Quota: 10, Window: time.Second}},
+		{0.5, 1, ratelimit.Policy{Quota: 1, Window: 2 * time.Second}},
+	} {
+		if got := ratelimit.PolicyOf(test.rate, test.burst); got != test.want {
+			t.Errorf("PolicyOf(%v, %d): got %+v, want %+v", test.rate, test.burst, got, test.want)
+		}
+	}
+}
+
+// TestFields checks the syntax of the fields through a real server: r
+// counts down as calls are made, q and w stay, and the 429's Retry-After
+// is never earlier than its t.
+func TestFields(t *testing.T) {
+	client := interceptortest.Serve(t, ratelimit.UnaryServerInterceptor(ratelimit.NewBucket(1, 3), ratelimit.WithPolicyName("global")), interceptortest.Pong)
+	last := int64(-1)
+	for i := range 4 {
+		var header metadata.MD
+		_, err := client.Ping(t.Context(), &shebav1.PingRequest{}, grpc.Header(&header))
+		policy, current := header.Get(ratelimit.PolicyKey), header.Get(ratelimit.StateKey)
+		if len(policy) != 1 || len(current) != 1 {
+			t.Fatalf("call %d: fields %q, %q; want one of each", i+1, policy, current)
+		}
+		name, q, w, r, tt := interceptortest.RateLimitFields(t, policy, current)
+		if name != "global" || q != 3 || w != 3 {
+			t.Errorf("call %d: policy %q q=%d w=%d, want \"global\" q=3 w=3", i+1, name, q, w)
+		}
+		if last >= 0 && r >= last && last > 0 {
+			t.Errorf("call %d: r=%d after r=%d, want it to decrease", i+1, r, last)
+		}
+		last = r
+		if i < 3 {
+			if err != nil || r != int64(2-i) {
+				t.Errorf("call %d: got %v, r=%d; want OK, r=%d", i+1, err, r, 2-i)
+			}
+			continue
+		}
+		if status.Code(err) != codes.ResourceExhausted || r != 0 {
+			t.Fatalf("call 4: got %v, r=%d; want ResourceExhausted, r=0", err, r)
+		}
+		ra, perr := strconv.ParseInt(header.Get("retry-after")[0], 10, 64)
+		if perr != nil || ra < tt || tt < 1 {
+			t.Errorf("429: retry-after %v, t=%d; want whole seconds >= t >= 1", header.Get("retry-after"), tt)
+		}
+	}
+}
+
+// TestTightest chains a global and a per-key limit: the fields describe
+// the one with fewer calls left, and only one set is sent.
+func TestTightest(t *testing.T) {
+	type ctxKey struct{}
+	id := func(ctx context.Context) string { s, _ := ctx.Value(ctxKey{}).(string); return s }
+	global := ratelimit.UnaryServerInterceptor(ratelimit.NewBucket(100, 10), ratelimit.WithPolicyName("global"))
+	perKey := ratelimit.UnaryServerInterceptor(ratelimit.NewPerKey(1, 2, []string{"a"}, id), ratelimit.WithPolicyName("key"))
+	chained := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		return global(context.WithValue(ctx, ctxKey{}, "a"), req, info, func(ctx context.Context, req any) (any, error) {
+			return perKey(ctx, req, info, h)
+		})
+	}
+	client := interceptortest.Serve(t, chained, interceptortest.Pong)
+	for i, want := range []struct {
+		name string
+		r    int64
+		code codes.Code
+	}{{"key", 1, codes.OK}, {"key", 0, codes.OK}, {"key", 0, codes.ResourceExhausted}} {
+		var header metadata.MD
+		_, err := client.Ping(t.Context(), &shebav1.PingRequest{}, grpc.Header(&header))
+		if len(header.Get(ratelimit.PolicyKey)) != 1 || len(header.Get(ratelimit.StateKey)) != 1 {
+			t.Fatalf("call %d: fields %q; want exactly one of each", i+1, header)
+		}
+		name, _, _, r, _ := interceptortest.RateLimitFields(t, header.Get(ratelimit.PolicyKey), header.Get(ratelimit.StateKey))
+		if name != want.name || r != want.r || status.Code(err) != want.code {
+			t.Errorf("call %d: got %q r=%d %v, want %q r=%d %v", i+1, name, r, status.Code(err), want.name, want.r, want.code)
+		}
 	}
 }

@@ -33,6 +33,10 @@ func outgoingHeader(key string) (string, bool) {
 		return "X-Request-Id", true
 	case "idempotent-replayed":
 		return "Idempotent-Replayed", true
+	case "ratelimit-policy":
+		return "RateLimit-Policy", true
+	case "ratelimit":
+		return "RateLimit", true
 	}
 	return runtime.MetadataHeaderPrefix + key, true
 }

@@ -31,6 +31,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -222,7 +223,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	}
 
 	// Tools first: fail before building anything.
-	if want("ping-rest", "error-rest", "readyz", "get-subscription", "get-subscription-pgbench", "ping-rest-traced") {
+	if want("ping-rest", "error-rest", "readyz", "get-subscription", "get-subscription-pgbench", "ping-rest-traced", "ping-rest-redis") {
 		if b.bins.wrk, err = ensureWrk(ctx, logf); err != nil {
 			return err
 		}
@@ -461,6 +462,17 @@ func (b *bench) ensureServer(ctx context.Context, key string) (*server, error) {
 		s, err = b.startSheba(ctx, key, shebaConfig{maxInflight: b.opts.inflightHigh, sampler: "always_off"})
 	case srvShebaShed:
 		s, err = b.startSheba(ctx, key, shebaConfig{maxInflight: b.opts.inflightLow, sampler: "always_off"})
+	case srvShebaRedis:
+		var redis *server
+		if redis, err = b.ensureServer(ctx, srvRedis); err == nil {
+			s, err = b.startSheba(ctx, key, shebaConfig{maxInflight: b.opts.inflightHigh, sampler: "always_off",
+				env: []string{"SHEBA_REDIS_URL=redis://" + redis.grpcAddr + "/0"}})
+		}
+	case srvShebaAdaptive:
+		s, err = b.startSheba(ctx, key, shebaConfig{maxInflight: b.opts.inflightHigh, sampler: "always_off",
+			env: []string{"SHEBA_LIMITS_ADAPTIVE=true", "SHEBA_LIMITS_MIN_INFLIGHT=" + strconv.Itoa(b.opts.inflightLow)}})
+	case srvRedis:
+		s, err = b.startRedis(ctx)
 	case srvShebaTrace:
 		s, err = b.startSheba(ctx, key, shebaConfig{maxInflight: b.opts.inflightHigh, sampler: "always_on"})
 	case srvHTTPPing:

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os/exec"
 	"path/filepath"
 )
 
@@ -36,13 +37,18 @@ const (
 	srvSheba      = "sheba"
 	srvShebaShed  = "sheba-shed"
 	srvShebaTrace = "sheba-traced"
-	srvHTTPPing   = "httpping"
-	srvGRPCPing   = "grpcping"
-	srvPGPing     = "pgping"
+	// sheba with its rate limits in Redis, and that Redis.
+	srvShebaRedis = "sheba-redis"
+	srvRedis      = "redis"
+	// sheba with the adaptive concurrency limit.
+	srvShebaAdaptive = "sheba-adaptive"
+	srvHTTPPing      = "httpping"
+	srvGRPCPing      = "grpcping"
+	srvPGPing        = "pgping"
 )
 
 // scenarioNames is every scenario in the order they run.
-var scenarioNames = []string{"ping-rest", "ping-grpc", "error-rest", "readyz", "get-subscription", "get-subscription-pgbench", "login-overload", "ping-rest-traced"}
+var scenarioNames = []string{"ping-rest", "ping-grpc", "error-rest", "readyz", "get-subscription", "get-subscription-pgbench", "login-overload", "ping-rest-traced", "ping-rest-redis", "adaptive-overload"}
 
 // scenarios builds the scenarios of issue 6 for this run.
 func (b *bench) scenarios() []scenario {
@@ -144,6 +150,27 @@ func (b *bench) scenarios() []scenario {
 	}
 	if b.tracing == "" {
 		all[len(all)-1].unavailable = "n/a (tracing not built yet)"
+	}
+	all = append(all,
+		scenario{
+			name:  "ping-rest-redis",
+			about: "ping-rest with the global and per-key limits decided in Redis (GCRA, one round trip each), against the same sheba with its in-process buckets",
+			a:     side{label: "sheba redis limits", server: srvShebaRedis, expect: []string{"200"}, load: wrkGet("/v1/ping", hdr)},
+			b:     side{label: "sheba in-process", server: srvSheba, expect: []string{"200"}, load: wrkGet("/v1/ping", hdr)},
+			conc:  o.conc,
+		},
+		scenario{
+			name: "adaptive-overload",
+			about: fmt.Sprintf("POST /v1/accounts:login at concurrency %d: the adaptive limit (min %d, max %d) against a fixed max_inflight %d; goodput and latency of the 2xx",
+				o.loginConc, o.inflightLow, o.inflightHigh, o.inflightHigh),
+			a:    side{label: "sheba adaptive", server: srvShebaAdaptive, expect: []string{"200"}, load: login},
+			b:    side{label: fmt.Sprintf("sheba inflight=%d", o.inflightHigh), server: srvSheba, expect: []string{"200"}, load: login},
+			conc: o.loginConc,
+			byOK: true,
+		},
+	)
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		all[len(all)-2].unavailable = "n/a (redis-server not installed)"
 	}
 	return all
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -32,6 +33,8 @@ type shebaConfig struct {
 	maxInflight int
 	// sampler is OTEL_TRACES_SAMPLER when the binary has tracing.
 	sampler string
+	// env is added to the process's environment (SHEBA_REDIS_URL, ...).
+	env []string
 }
 
 // apiKey is the bench's API key: made fresh for each run, its SHA-256 goes
@@ -104,6 +107,7 @@ func (b *bench) startSheba(ctx context.Context, name string, sc shebaConfig) (*s
 	if b.tracing != "" && b.sink != nil {
 		env = append(env, b.otelEnv(sc.sampler)...)
 	}
+	env = append(env, sc.env...)
 	p, err := startProc(name, b.dir, env, b.pin.command(b.opts.serverCPU, b.bins.sheba, "serve", "--config", cfgPath)...)
 	if err != nil {
 		return nil, err
@@ -185,6 +189,34 @@ func (b *bench) startSink(ctx context.Context) (*server, error) {
 	}
 	if err := s.proc.waitReady(ctx, 10*time.Second, func(ctx context.Context) error { return httpAny(ctx, s.httpURL+"/") }); err != nil {
 		s.proc.stop(time.Second)
+		return nil, err
+	}
+	return s, nil
+}
+
+// startRedis starts a redis-server without persistence, pinned to the
+// server CPU like Postgres (it serves sheba), and waits until it accepts
+// connections.
+func (b *bench) startRedis(ctx context.Context) (*server, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	p, err := startProc("redis", b.dir, nil, b.pin.command(b.opts.serverCPU, "redis-server",
+		"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--dir", b.dir, "--save", "", "--appendonly", "no")...)
+	if err != nil {
+		return nil, err
+	}
+	s := &server{proc: p, grpcAddr: addr}
+	if err := p.waitReady(ctx, 10*time.Second, func(ctx context.Context) error {
+		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}); err != nil {
+		p.stop(time.Second)
 		return nil, err
 	}
 	return s, nil

@@ -1,0 +1,79 @@
+package ratelimit
+
+import (
+	"context"
+	"strconv"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+)
+
+// Response metadata keys of the RateLimit fields of
+// draft-ietf-httpapi-ratelimit-headers-11; the REST gateway sends them as
+// the RateLimit-Policy and RateLimit headers.
+const (
+	PolicyKey = "ratelimit-policy"
+	StateKey  = "ratelimit"
+)
+
+// stateKey is the context key of the call's *state.
+type stateKey struct{}
+
+// state collects the decisions of the chained rate-limit interceptors of
+// one call, so that the outermost sends the fields of the tightest limit
+// once.
+type state struct {
+	mu   sync.Mutex
+	name string
+	best Decision
+}
+
+// offer keeps d if it is tighter than what the state holds.
+func (s *state) offer(name string, d Decision) {
+	if d.Policy.Quota == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.name == "" || tighter(d, s.best) {
+		s.name, s.best = name, d
+	}
+}
+
+// tighter reports whether a is the tighter limit: a refusal first, then
+// fewer remaining calls, then a longer wait until the quota is back.
+func tighter(a, b Decision) bool {
+	if a.Allowed != b.Allowed {
+		return !a.Allowed
+	}
+	if a.Remaining != b.Remaining {
+		return a.Remaining < b.Remaining
+	}
+	return a.Reset > b.Reset
+}
+
+// send sets the fields of the tightest limit, if any, as response metadata.
+func (s *state) send(ctx context.Context) {
+	s.mu.Lock()
+	name, d := s.name, s.best
+	s.mu.Unlock()
+	if name == "" {
+		return
+	}
+	policy, current := Fields(name, d)
+	// Fails only outside a server call (a direct test call).
+	_ = grpc.SetHeader(ctx, metadata.Pairs(PolicyKey, policy, StateKey, current))
+}
+
+// Fields returns the values of the RateLimit-Policy and RateLimit fields
+// for decision d of the policy called name, for example
+//
+//	"key";q=50;w=1
+//	"key";r=49;t=1
+func Fields(name string, d Decision) (policy, current string) {
+	n := strconv.Quote(name)
+	policy = n + ";q=" + strconv.Itoa(d.Policy.Quota) + ";w=" + strconv.FormatInt(Seconds(d.Policy.Window), 10)
+	current = n + ";r=" + strconv.Itoa(max(0, d.Remaining)) + ";t=" + strconv.FormatInt(Seconds(d.Reset), 10)
+	return policy, current
+}

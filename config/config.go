@@ -17,6 +17,7 @@ type Config struct {
 	Compression Compression `yaml:"compression"`
 	Shutdown    Shutdown    `yaml:"shutdown"`
 	Log         Log         `yaml:"log"`
+	Webhooks    Webhooks    `yaml:"webhooks"`
 }
 
 // HTTP configures the REST gateway and operator endpoints.
@@ -104,6 +105,32 @@ type Log struct {
 	Format string `yaml:"format"`
 }
 
+// Webhooks configures the delivery of webhook events (docs/webhooks.md).
+type Webhooks struct {
+	// Timeout bounds one delivery attempt, connecting included.
+	Timeout time.Duration `yaml:"timeout"`
+	// MaxAttempts is the number of requests sent for one event before its
+	// delivery is failed.
+	MaxAttempts int `yaml:"max_attempts"`
+	// Backoff spaces the attempts.
+	Backoff Backoff `yaml:"backoff"`
+	// PerEndpointConcurrency is the most attempts in flight to one endpoint
+	// from one replica.
+	PerEndpointConcurrency int `yaml:"per_endpoint_concurrency"`
+	// AllowPrivateNetworks lets endpoints point at loopback, private and
+	// link-local addresses (for development and tests).
+	AllowPrivateNetworks bool `yaml:"allow_private_networks"`
+}
+
+// Backoff is an exponential backoff with full jitter: the wait before retry
+// n is uniform in [0, min(Max, Base·2^(n-1))].
+type Backoff struct {
+	// Base is the ceiling of the first wait.
+	Base time.Duration `yaml:"base"`
+	// Max caps the ceiling.
+	Max time.Duration `yaml:"max"`
+}
+
 // Default returns the configuration used for every key that neither the
 // file nor the environment sets. Database.URL has no default. Each call
 // returns fresh slices, so callers may modify the result.
@@ -120,6 +147,12 @@ func Default() Config {
 		Compression: Compression{MinBytes: 1024},
 		Shutdown:    Shutdown{Timeout: 30 * time.Second},
 		Log:         Log{Level: "info", Format: "json"},
+		Webhooks: Webhooks{
+			Timeout:                10 * time.Second,
+			MaxAttempts:            20,
+			Backoff:                Backoff{Base: time.Second, Max: time.Hour},
+			PerEndpointConcurrency: 4,
+		},
 	}
 }
 

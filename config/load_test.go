@@ -54,6 +54,12 @@ func TestEnvNames(t *testing.T) {
 		"SHEBA_SHUTDOWN_TIMEOUT",
 		"SHEBA_LOG_LEVEL",
 		"SHEBA_LOG_FORMAT",
+		"SHEBA_WEBHOOKS_TIMEOUT",
+		"SHEBA_WEBHOOKS_MAX_ATTEMPTS",
+		"SHEBA_WEBHOOKS_BACKOFF_BASE",
+		"SHEBA_WEBHOOKS_BACKOFF_MAX",
+		"SHEBA_WEBHOOKS_PER_ENDPOINT_CONCURRENCY",
+		"SHEBA_WEBHOOKS_ALLOW_PRIVATE_NETWORKS",
 	}
 	var got []string
 	_, _ = Load("", func(name string) (string, bool) {
@@ -101,6 +107,7 @@ auth:
 compression: { min_bytes: 0 }
 shutdown: { drain_delay: 5s, timeout: 20s }
 log: { level: debug, format: text }
+webhooks: { timeout: 3s, max_attempts: 5, backoff: { base: 100ms, max: 1m }, per_endpoint_concurrency: 2, allow_private_networks: true }
 `,
 			want: func(c *Config) {
 				*c = Config{
@@ -118,6 +125,11 @@ log: { level: debug, format: text }
 					Compression: Compression{MinBytes: 0},
 					Shutdown:    Shutdown{DrainDelay: 5 * time.Second, Timeout: 20 * time.Second},
 					Log:         Log{Level: "debug", Format: "text"},
+					Webhooks: Webhooks{
+						Timeout: 3 * time.Second, MaxAttempts: 5,
+						Backoff:                Backoff{Base: 100 * time.Millisecond, Max: time.Minute},
+						PerEndpointConcurrency: 2, AllowPrivateNetworks: true,
+					},
 				}
 			},
 		},
@@ -314,7 +326,7 @@ func TestLoadErrors(t *testing.T) {
 			name:    "unknown section",
 			file:    "htttp: { addr: \":80\" }\n",
 			wantKey: "htttp",
-			wantMsg: "htttp: unknown key (want one of http, grpc, database, limits, auth, compression, shutdown, log)",
+			wantMsg: "htttp: unknown key (want one of http, grpc, database, limits, auth, compression, shutdown, log, webhooks)",
 		},
 		{
 			name:    "unknown key",

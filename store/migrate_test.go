@@ -49,7 +49,8 @@ func TestMigrations(t *testing.T) {
 	dbURL := storetest.NewDatabase(t)
 	ctx := t.Context()
 
-	checkStatus(t, dbURL, []store.MigrationState{{Version: 1, Name: "init", Applied: true}})
+	all := []store.MigrationState{{Version: 1, Name: "init", Applied: true}, {Version: 3, Name: "webhooks", Applied: true}}
+	checkStatus(t, dbURL, all)
 	if err := store.MigrateUp(ctx, dbURL); err != nil {
 		t.Errorf("MigrateUp with nothing to do: got %v, want nil", err)
 	}
@@ -57,7 +58,11 @@ func TestMigrations(t *testing.T) {
 	if err := store.MigrateDown(ctx, dbURL); err != nil {
 		t.Fatalf("MigrateDown: %v", err)
 	}
-	checkStatus(t, dbURL, []store.MigrationState{{Version: 1, Name: "init", Applied: false}})
+	checkStatus(t, dbURL, []store.MigrationState{{Version: 1, Name: "init", Applied: true}, {Version: 3, Name: "webhooks", Applied: false}})
+	if err := store.MigrateDown(ctx, dbURL); err != nil {
+		t.Fatalf("MigrateDown: %v", err)
+	}
+	checkStatus(t, dbURL, []store.MigrationState{{Version: 1, Name: "init", Applied: false}, {Version: 3, Name: "webhooks", Applied: false}})
 	if tablesExist(t, dbURL) {
 		t.Error("tables exist after MigrateDown, want them gone")
 	}
@@ -68,7 +73,7 @@ func TestMigrations(t *testing.T) {
 	if err := store.MigrateUp(ctx, dbURL); err != nil {
 		t.Fatalf("MigrateUp: %v", err)
 	}
-	checkStatus(t, dbURL, []store.MigrationState{{Version: 1, Name: "init", Applied: true}})
+	checkStatus(t, dbURL, all)
 	if !tablesExist(t, dbURL) {
 		t.Fatal("tables missing after MigrateUp")
 	}
@@ -101,8 +106,8 @@ func TestMigrationStatusDirty(t *testing.T) {
 
 	_, err = store.MigrationStatus(t.Context(), dbURL)
 	var dirty migrate.ErrDirty
-	if !errors.As(err, &dirty) || dirty.Version != 1 {
-		t.Errorf("MigrationStatus on a dirty database: got %v, want migrate.ErrDirty at version 1", err)
+	if !errors.As(err, &dirty) || dirty.Version != 3 {
+		t.Errorf("MigrationStatus on a dirty database: got %v, want migrate.ErrDirty at version 3", err)
 	}
 	if err := store.MigrateUp(t.Context(), dbURL); err == nil {
 		t.Error("MigrateUp on a dirty database: got nil, want an error")

@@ -67,7 +67,10 @@ func newService(ctx context.Context, cfg config.Config, log *slog.Logger, d serv
 	if _, off := d.tracerProvider.(tracenoop.TracerProvider); off {
 		d.tracerProvider = nil
 	}
-	services, err := server.New(d.store, server.Options{Log: log})
+	services, err := server.New(d.store, server.Options{
+		Log:                  log,
+		AllowPrivateWebhooks: cfg.Webhooks.AllowPrivateNetworks,
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -31,6 +32,7 @@ import (
 	"github.com/shebasvc/sheba/server/gateway"
 	"github.com/shebasvc/sheba/server/health"
 	"github.com/shebasvc/sheba/store"
+	"github.com/shebasvc/sheba/webhooks"
 )
 
 // service is sheba assembled: the services, the chain, both servers and the
@@ -42,11 +44,17 @@ type service struct {
 	health   *health.Checker
 	grpc     *grpc.Server
 	http     *http.Server
+	webhooks *webhooks.Runner
 }
 
 // serviceDeps are the parts of a service that do not come from the config.
 type serviceDeps struct {
 	store *store.Store
+	// pool is the store's pool, on which the webhook queue (River) works.
+	pool *pgxpool.Pool
+	// webhookOptions, if set, changes the webhook runner's options (tests
+	// shorten its intervals).
+	webhookOptions func(*webhooks.Options)
 	// tracerProvider gets the spans of every call; nil means no tracing.
 	tracerProvider trace.TracerProvider
 	// healthInterval is how often the database is pinged (default 2s).
@@ -67,8 +75,15 @@ func newService(ctx context.Context, cfg config.Config, log *slog.Logger, d serv
 	if _, off := d.tracerProvider.(tracenoop.TracerProvider); off {
 		d.tracerProvider = nil
 	}
+	// Each service has its own registry, served at GET /metrics.
+	registry := prometheus.NewRegistry()
+	hooks, err := newWebhooks(cfg.Webhooks, d, log, registry)
+	if err != nil {
+		return nil, err
+	}
 	services, err := server.New(d.store, server.Options{
 		Log:                  log,
+		Events:               hooks,
 		AllowPrivateWebhooks: cfg.Webhooks.AllowPrivateNetworks,
 	})
 	if err != nil {
@@ -76,8 +91,6 @@ func newService(ctx context.Context, cfg config.Config, log *slog.Logger, d serv
 	}
 	checker := health.NewChecker(d.store.Ping, d.healthInterval, server.ServiceNames())
 
-	// Each service has its own registry, served at GET /metrics.
-	registry := prometheus.NewRegistry()
 	m, err := metrics.New(registry, server.Methods())
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
@@ -134,7 +147,28 @@ func newService(ctx context.Context, cfg config.Config, log *slog.Logger, d serv
 		health:   checker,
 		grpc:     grpcServer,
 		http:     newHTTPServer(handler, log),
+		webhooks: hooks,
 	}, nil
+}
+
+// newWebhooks builds the webhook runner (docs/webhooks.md) from the
+// webhooks section.
+func newWebhooks(c config.Webhooks, d serviceDeps, log *slog.Logger, reg prometheus.Registerer) (*webhooks.Runner, error) {
+	o := webhooks.Options{
+		Timeout:                c.Timeout,
+		MaxAttempts:            c.MaxAttempts,
+		BackoffBase:            c.Backoff.Base,
+		BackoffMax:             c.Backoff.Max,
+		PerEndpointConcurrency: c.PerEndpointConcurrency,
+		AllowPrivateNetworks:   c.AllowPrivateNetworks,
+		Log:                    log,
+		TracerProvider:         d.tracerProvider,
+		Registerer:             reg,
+	}
+	if d.webhookOptions != nil {
+		d.webhookOptions(&o)
+	}
+	return webhooks.New(d.pool, d.store, o)
 }
 
 // newAuthenticator parses the configured key hashes, once, into the API-key
@@ -221,6 +255,18 @@ func (s *service) serve(ctx context.Context, grpcLis, httpLis net.Listener) erro
 	healthCtx, stopHealth := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopHealth()
 	go s.health.Run(healthCtx)
+
+	// Deliveries stop after the servers, so events of the last requests
+	// are still picked up; what is left waits in the queue for any replica.
+	hooksCtx, stopHooks := context.WithCancel(context.WithoutCancel(ctx))
+	hooksDone := make(chan error, 1)
+	go func() { hooksDone <- s.webhooks.Run(hooksCtx, s.shutdown.Timeout/2) }()
+	defer func() {
+		stopHooks()
+		if err := <-hooksDone; err != nil {
+			s.log.Warn("stopping webhook deliveries", "error", err)
+		}
+	}()
 
 	errc := make(chan error, 2)
 	go func() { errc <- s.grpc.Serve(grpcLis) }()

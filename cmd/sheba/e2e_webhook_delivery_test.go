@@ -93,7 +93,7 @@ func withWebhookOptions(f func(*webhooks.Options)) envOption {
 func fastRunner(o *webhooks.Options) {
 	o.PollInterval = 50 * time.Millisecond
 	o.BacklogInterval = 100 * time.Millisecond
-	o.ThrottleWindow = 2 * time.Second
+	o.ThrottleWindow = time.Second
 }
 
 // newWebhookEnv starts sheba with fast webhooks and mutate applied on top.

@@ -44,6 +44,9 @@ CREATE TABLE webhook_deliveries (
     state             text        NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'succeeded', 'failed')),
     -- Requests actually sent; attempts held back by throttling do not count.
     attempts          integer     NOT NULL DEFAULT 0,
+    -- Attempts the adaptive throttle held back: the wait before the next
+    -- look grows with them.
+    holds             integer     NOT NULL DEFAULT 0,
     last_http_status  integer     NOT NULL DEFAULT 0,
     last_error        text        NOT NULL DEFAULT '',
     last_attempt_time timestamptz,

@@ -243,6 +243,8 @@ type DeliveryAttempt struct {
 	Endpoint WebhookEndpoint
 	State    DeliveryState
 	Attempts int
+	// Holds counts the attempts the throttle held back.
+	Holds int
 }
 
 // GetDeliveryAttempt returns what an attempt to deliver the event to the
@@ -255,14 +257,14 @@ func (s *Store) GetDeliveryAttempt(ctx context.Context, endpointID, eventID stri
 	err := s.db(ctx).QueryRow(ctx, `
 		SELECT ep.id, ep.owner, ep.url, ep.event_types, ep.description, ep.secret, ep.state, ep.create_time,
 		       ev.id, ev.type, ev.body, ev.traceparent, ev.create_time,
-		       d.state, d.attempts
+		       d.state, d.attempts, d.holds
 		FROM webhook_deliveries d
 		JOIN webhook_endpoints ep ON ep.id = d.endpoint_id
 		JOIN webhook_events ev ON ev.id = d.event_id
 		WHERE d.endpoint_id = $1 AND d.event_id = $2`, endpointID, eventID).Scan(
 		&ep.ID, &ep.Owner, &ep.URL, &ep.EventTypes, &ep.Description, &ep.Secret, &ep.State, &ep.CreateTime,
 		&ev.ID, &ev.Type, &ev.Body, &ev.Traceparent, &ev.CreateTime,
-		&a.State, &a.Attempts)
+		&a.State, &a.Attempts, &a.Holds)
 	if err != nil {
 		return DeliveryAttempt{}, fmt.Errorf("get delivery of event %q to endpoint %q: %w", eventID, endpointID, translate(err))
 	}
@@ -306,11 +308,11 @@ func (s *Store) FinishDeliveryAttempt(ctx context.Context, endpointID, eventID s
 	return nil
 }
 
-// PostponeDelivery moves the next attempt of a pending delivery to next,
-// without counting an attempt (throttling held it back).
+// PostponeDelivery moves the next attempt of a pending delivery to next and
+// counts a hold, not an attempt (throttling held it back).
 func (s *Store) PostponeDelivery(ctx context.Context, endpointID, eventID string, next time.Time) error {
 	_, err := s.db(ctx).Exec(ctx, `
-		UPDATE webhook_deliveries SET next_attempt_time = $3
+		UPDATE webhook_deliveries SET next_attempt_time = $3, holds = holds + 1
 		WHERE endpoint_id = $1 AND event_id = $2 AND state = 'pending'`,
 		endpointID, eventID, next)
 	if err != nil {

@@ -303,17 +303,7 @@ type deliveryWorker struct {
 }
 
 func (w *deliveryWorker) Work(ctx context.Context, job *river.Job[deliveryArgs]) error {
-	return w.r.deliver(ctx, job.Args.EndpointID, job.Args.EventID, snoozes(job.Metadata))
-}
-
-// snoozes returns the number of times River put the job back (its
-// metadata's "snoozes"), which is how often it was held back.
-func snoozes(metadata []byte) int {
-	var m struct {
-		Snoozes int `json:"snoozes"`
-	}
-	_ = json.Unmarshal(metadata, &m)
-	return m.Snoozes
+	return w.r.deliver(ctx, job.Args.EndpointID, job.Args.EventID)
 }
 
 // slotWait is how long an attempt waits for a slot of its endpoint before
@@ -325,7 +315,7 @@ const slotWait = 100 * time.Millisecond
 // river.JobSnooze to come back later, nil when the delivery has ended, or
 // an error for River to retry (the database failed, or the runner is
 // stopping).
-func (r *Runner) deliver(ctx context.Context, endpointID, eventID string, held int) error {
+func (r *Runner) deliver(ctx context.Context, endpointID, eventID string) error {
 	a, err := r.store.GetDeliveryAttempt(ctx, endpointID, eventID)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil // the endpoint was deleted
@@ -359,8 +349,9 @@ func (r *Runner) deliver(ctx context.Context, endpointID, eventID string, held i
 	if !th.Allow() {
 		r.m.held.WithLabelValues("throttle").Inc()
 		// Held attempts back off too, or an endpoint that is down would
-		// cost a query per job every second.
-		delay := equalJitter(r.backoffCeil(a.Attempts + held + 1))
+		// cost a query per job every second; but looking less than once a
+		// throttle window would miss the endpoint's recovery.
+		delay := equalJitter(min(r.backoffCeil(a.Attempts+a.Holds+1), r.o.ThrottleWindow))
 		if err := r.store.PostponeDelivery(ctx, endpointID, eventID, time.Now().Add(delay)); err != nil {
 			return err
 		}

@@ -221,9 +221,56 @@ func TestWebhookSignedDelivery(t *testing.T) {
 			t.Errorf("delivery %v: its event id was not a webhook-id the receiver got once", d)
 		}
 	}
-	// A request id logged, a line per attempt.
+	// A log line per attempt, and the metrics.
 	if n := strings.Count(e.logs.String(), `"msg":"webhook attempt"`); n != 2 {
 		t.Errorf("got %d webhook attempt log lines, want 2", n)
+	}
+	families := e.scrape(t)
+	if got := series(families, "sheba_webhook_attempts_total", "result"); got["result=success"] != 2 || got["result=http_error"] != 0 {
+		t.Errorf("got sheba_webhook_attempts_total %v, want 2 successes and nothing else", got)
+	}
+	if got := series(families, "sheba_webhook_deliveries_total", "state"); got["state=succeeded"] != 2 || got["state=failed"] != 0 {
+		t.Errorf("got sheba_webhook_deliveries_total %v, want 2 succeeded", got)
+	}
+	if h := families["sheba_webhook_delivery_latency_seconds"]; h == nil || h.GetMetric()[0].GetHistogram().GetSampleCount() != 2 {
+		t.Errorf("got sheba_webhook_delivery_latency_seconds %v, want 2 samples", h)
+	}
+	waitFor(t, 5*time.Second, "the backlog gauge at 0", func() bool {
+		v, ok := series(e.scrape(t), "sheba_webhook_backlog")[""]
+		return ok && v == 0
+	})
+}
+
+// TestWebhookSpanLinksToRequest finds the span of an attempt linked to the
+// span of the request that caused the event.
+func TestWebhookSpanLinksToRequest(t *testing.T) {
+	t.Parallel()
+	tp, exp := newRecorder(t)
+	e := startTestEnv(t, envSetup{tp: tp, opts: []envOption{withWebhookOptions(fastRunner)}, mutate: []func(*config.Config){fastWebhooks}})
+	rcv := newReceiver(t, func(int, http.ResponseWriter) int { return http.StatusOK })
+	e.createEndpoint(t, rcv.URL, "subscription.created")
+	id := e.insertAccount(t, "traced")
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	wantCode(t, e.do(t, http.MethodPost, "/v1/accounts/"+id+"/subscription", `{"plan":"pro"}`,
+		"Traceparent", "00-"+traceID+"-00f067aa0ba902b7-01"), http.StatusOK)
+	waitFor(t, 10*time.Second, "the attempt's span", func() bool {
+		for _, s := range exp.GetSpans() {
+			if s.Name == "webhook.deliver" {
+				return true
+			}
+		}
+		return false
+	})
+	for _, s := range exp.GetSpans() {
+		if s.Name != "webhook.deliver" {
+			continue
+		}
+		if len(s.Links) != 1 || s.Links[0].SpanContext.TraceID().String() != traceID {
+			t.Errorf("got links %v, want one to the request's trace %s", s.Links, traceID)
+		}
+		if s.SpanContext.TraceID().String() == traceID {
+			t.Errorf("the attempt's span is in the request's trace, want a trace of its own linked to it")
+		}
 	}
 }
 

@@ -42,7 +42,8 @@ const (
 )
 
 // scenarioNames is every scenario in the order they run.
-var scenarioNames = []string{"ping-rest", "ping-grpc", "error-rest", "readyz", "get-subscription", "login-overload", "ping-rest-traced"}
+var scenarioNames = []string{"ping-rest", "ping-grpc", "error-rest", "readyz", "get-subscription", "login-overload", "ping-rest-traced",
+	scenWebhookThroughput, scenWebhookOutage}
 
 // scenarios builds the scenarios of issue 6 for this run.
 func (b *bench) scenarios() []scenario {

@@ -146,11 +146,9 @@ func (s *webhookServer) ListWebhookEndpoints(ctx context.Context, req *shebav1.L
 		return nil, s.errs.toStatus(ctx, "list webhook endpoints", err, errMsgs{})
 	}
 	resp := &shebav1.ListWebhookEndpointsResponse{}
-	if len(es) > size {
-		es = es[:size]
-		last := es[size-1]
-		resp.NextPageToken = encodePageToken(store.Cursor{CreateTime: last.CreateTime, ID: last.ID}, binding)
-	}
+	es, resp.NextPageToken = nextPage(es, size, binding, func(e store.WebhookEndpoint) store.Cursor {
+		return store.Cursor{CreateTime: e.CreateTime, ID: e.ID}
+	})
 	resp.WebhookEndpoints = make([]*shebav1.WebhookEndpoint, len(es))
 	for i, e := range es {
 		resp.WebhookEndpoints[i] = endpointToProto(e)
@@ -201,16 +199,24 @@ func (s *webhookServer) ListWebhookDeliveries(ctx context.Context, req *shebav1.
 		return nil, s.errs.toStatus(ctx, "list webhook deliveries", err, errMsgs{})
 	}
 	resp := &shebav1.ListWebhookDeliveriesResponse{}
-	if len(ds) > size {
-		ds = ds[:size]
-		last := ds[size-1]
-		resp.NextPageToken = encodePageToken(store.Cursor{CreateTime: last.CreateTime, ID: last.EventID}, binding)
-	}
+	ds, resp.NextPageToken = nextPage(ds, size, binding, func(d store.WebhookDelivery) store.Cursor {
+		return store.Cursor{CreateTime: d.CreateTime, ID: d.EventID}
+	})
 	resp.Deliveries = make([]*shebav1.WebhookDelivery, len(ds))
 	for i, d := range ds {
 		resp.Deliveries[i] = deliveryToProto(d)
 	}
 	return resp, nil
+}
+
+// nextPage cuts rows, read with a limit of size+1, to the page and returns
+// the token of the next page: "" when the extra row was not there.
+func nextPage[T any](rows []T, size int, binding string, cursor func(T) store.Cursor) ([]T, string) {
+	if len(rows) <= size {
+		return rows, ""
+	}
+	rows = rows[:size]
+	return rows, encodePageToken(cursor(rows[size-1]), binding)
 }
 
 // checkPageToken decodes a page token issued for binding; "" is the first

@@ -53,8 +53,11 @@ type Options struct {
 
 	// Workers is the number of jobs this replica works at once (default 50).
 	Workers int
-	// ThrottleWindow is the window of the adaptive throttle (default 2m,
-	// the SRE book's).
+	// ThrottleWindow is the window of the adaptive throttle (default 10s).
+	// While an endpoint is down, about one attempt a window gets through;
+	// once it is back, the share let through doubles about every window,
+	// so recovery takes some windows: the SRE book's 2 minutes would keep
+	// a recovered endpoint waiting for many minutes.
 	ThrottleWindow time.Duration
 	// PollInterval is how often River looks for due jobs when no
 	// notification came (default 1s).
@@ -79,7 +82,7 @@ func (o *Options) setDefaults() {
 		o.Workers = 50
 	}
 	if o.ThrottleWindow <= 0 {
-		o.ThrottleWindow = 2 * time.Minute
+		o.ThrottleWindow = 10 * time.Second
 	}
 	if o.PollInterval <= 0 {
 		o.PollInterval = time.Second

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/shebasvc/sheba/config"
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/store"
@@ -201,6 +203,31 @@ func TestWebhookOutage(t *testing.T) {
 	}
 }
 
+// bareOptions are the options of a webhook runner started by a test, as
+// another replica (or sheba after a restart).
+var bareOptions = webhooks.Options{
+	Timeout: 2 * time.Second, MaxAttempts: 20, BackoffBase: 50 * time.Millisecond, BackoffMax: 400 * time.Millisecond,
+	PerEndpointConcurrency: 1, AllowPrivateNetworks: true, PollInterval: 50 * time.Millisecond,
+}
+
+// startRunner runs a webhook runner over pool until the test ends.
+func startRunner(t *testing.T, pool *pgxpool.Pool, o webhooks.Options) {
+	t.Helper()
+	r, err := webhooks.New(pool, store.New(pool), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx, 5*time.Second) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+}
+
 // TestWebhookRestartLosesNothing stops sheba while a backlog is being
 // delivered and starts the deliveries again, as a new replica would: every
 // event arrives.
@@ -223,23 +250,7 @@ func TestWebhookRestartLosesNothing(t *testing.T) {
 		t.Fatalf("all %d events were delivered before the stop; the test proves nothing", events)
 	}
 
-	st := store.New(e.pool)
-	r, err := webhooks.New(e.pool, st, webhooks.Options{
-		Timeout: 2 * time.Second, MaxAttempts: 20, BackoffBase: 50 * time.Millisecond, BackoffMax: 400 * time.Millisecond,
-		PerEndpointConcurrency: 1, AllowPrivateNetworks: true, PollInterval: 50 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx, 5*time.Second) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	startRunner(t, e.pool, bareOptions)
 	waitFor(t, 20*time.Second, "every event delivered after the restart", func() bool {
 		var pending int
 		if err := e.pool.QueryRow(t.Context(), `SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = $1 AND state <> 'succeeded'`, endpointID).Scan(&pending); err != nil {
@@ -268,11 +279,7 @@ func TestWebhookCrashMidAttempt(t *testing.T) {
 		t.Fatalf("stop: %v", err)
 	}
 	st := store.New(e.pool)
-	opts := webhooks.Options{
-		Timeout: 2 * time.Second, MaxAttempts: 20, BackoffBase: 50 * time.Millisecond, BackoffMax: 400 * time.Millisecond,
-		PerEndpointConcurrency: 1, AllowPrivateNetworks: true, PollInterval: 50 * time.Millisecond,
-	}
-	dead, err := webhooks.New(e.pool, st, opts)
+	dead, err := webhooks.New(e.pool, st, bareOptions)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,17 +298,7 @@ func TestWebhookCrashMidAttempt(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	r, err := webhooks.New(e.pool, st, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx, 5*time.Second) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	startRunner(t, e.pool, bareOptions)
 	waitFor(t, 30*time.Second, "the rescued delivery", func() bool { return len(rcv.requests()) == 1 })
 	var state string
 	var attempts int

@@ -148,14 +148,21 @@ func benchRunner(pool *pgxpool.Pool, o webhooks.Options) (*webhooks.Runner, *sto
 // publishN publishes n subscription events from 8 goroutines, each in its
 // own transaction, as 8 concurrent API calls would.
 func publishN(ctx context.Context, st *store.Store, r *webhooks.Runner, n int) error {
+	sub := &shebav1.Subscription{Id: "00000000-0000-4000-8000-000000000001", Plan: "pro", Status: shebav1.SubscriptionStatus_SUBSCRIPTION_STATUS_ACTIVE}
+	return eightWays(n, func() error {
+		return st.InTx(ctx, func(ctx context.Context) error { return r.Publish(ctx, "subscription.created", sub) })
+	})
+}
+
+// eightWays calls fn n times from 8 goroutines and returns the first error.
+func eightWays(n int, fn func() error) error {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	for range 8 {
 		wg.Go(func() {
 			for next.Add(1) <= int64(n) {
-				sub := &shebav1.Subscription{Id: "00000000-0000-4000-8000-000000000001", Plan: "pro", Status: shebav1.SubscriptionStatus_SUBSCRIPTION_STATUS_ACTIVE}
-				if err := st.InTx(ctx, func(ctx context.Context) error { return r.Publish(ctx, "subscription.created", sub) }); err != nil {
+				if err := fn(); err != nil {
 					errs <- err
 					return
 				}
@@ -277,26 +284,13 @@ func riverNoop(ctx context.Context, pool *pgxpool.Pool, n int) (time.Duration, e
 	}
 	defer client.Stop(context.WithoutCancel(ctx)) //nolint:errcheck // the result is measured
 	start := time.Now()
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	for range 8 {
-		wg.Go(func() {
-			for next.Add(1) <= int64(n) {
-				err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-					_, err := client.InsertTx(ctx, tx, noopArgs{}, &river.InsertOpts{Queue: "bench"})
-					return err
-				})
-				if err != nil {
-					errs <- err
-					return
-				}
-			}
+	err = eightWays(n, func() error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			_, err := client.InsertTx(ctx, tx, noopArgs{}, &river.InsertOpts{Queue: "bench"})
+			return err
 		})
-	}
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
+	})
+	if err != nil {
 		return 0, err
 	}
 	deadline := time.Now().Add(5 * time.Minute)

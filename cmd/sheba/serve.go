@@ -256,13 +256,13 @@ func (s *service) serve(ctx context.Context, grpcLis, httpLis net.Listener) erro
 	defer stopHealth()
 	go s.health.Run(healthCtx)
 
-	// Deliveries stop after the servers, so events of the last requests
-	// are still picked up; what is left waits in the queue for any replica.
+	// Webhook deliveries stop beside the servers, within the same bound:
+	// attempts in flight get half of it to finish, and whatever is left
+	// waits in the queue for any replica.
 	hooksCtx, stopHooks := context.WithCancel(context.WithoutCancel(ctx))
 	hooksDone := make(chan error, 1)
 	go func() { hooksDone <- s.webhooks.Run(hooksCtx, s.shutdown.Timeout/2) }()
 	defer func() {
-		stopHooks()
 		if err := <-hooksDone; err != nil {
 			s.log.Warn("stopping webhook deliveries", "error", err)
 		}
@@ -285,6 +285,7 @@ func (s *service) serve(ctx context.Context, grpcLis, httpLis net.Listener) erro
 	case serveErr = <-errc:
 		serveErr = fmt.Errorf("serve: %w", serveErr)
 	}
+	stopHooks()
 	return errors.Join(serveErr, s.stop())
 }
 

@@ -63,6 +63,13 @@ func newReceiver(t *testing.T, answer func(n int, w http.ResponseWriter) int) *r
 	return r
 }
 
+// peak returns the most requests it had in flight at once.
+func (r *receiver) peak() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.maxInflight
+}
+
 func (r *receiver) requests() []delivered {
 	r.mu.Lock()
 	defer r.mu.Unlock()

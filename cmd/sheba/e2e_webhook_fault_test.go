@@ -178,12 +178,12 @@ func TestWebhookOutage(t *testing.T) {
 	// 20ms answer) all through the outage.
 	unthrottled := float64(events) * outage.Seconds() / 0.22
 	got := outageRequests.Load()
-	t.Logf("outage %v: %d requests (%.0f without the throttle), drained in %v, max in flight %d", outage, got, unthrottled, drain, rcv.maxInflight)
+	t.Logf("outage %v: %d requests (%.0f without the throttle), drained in %v, max in flight %d", outage, got, unthrottled, drain, rcv.peak())
 	if float64(got) > unthrottled/4 {
 		t.Errorf("got %d requests during the outage, want under a quarter of the %.0f the backoff alone allows", got, unthrottled)
 	}
-	if rcv.maxInflight > cap {
-		t.Errorf("got %d requests in flight at once, want at most %d", rcv.maxInflight, cap)
+	if peak := rcv.peak(); peak > cap {
+		t.Errorf("got %d requests in flight at once, want at most %d", peak, cap)
 	}
 	held := series(e.scrape(t), "sheba_webhook_held_total", "reason")
 	if held["reason=throttle"] == 0 {

@@ -329,3 +329,19 @@ func (s *Store) CountPendingDeliveries(ctx context.Context) (int64, error) {
 	}
 	return n, nil
 }
+
+// DeleteEndedWebhookEvents deletes up to limit events older than before
+// whose deliveries have all ended, with their deliveries, and returns how
+// many it deleted.
+func (s *Store) DeleteEndedWebhookEvents(ctx context.Context, before time.Time, limit int) (int64, error) {
+	tag, err := s.db(ctx).Exec(ctx, `
+		DELETE FROM webhook_events WHERE id IN (
+			SELECT e.id FROM webhook_events e
+			WHERE e.create_time < $1
+			  AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_id = e.id AND d.state = 'pending')
+			LIMIT $2)`, before, limit)
+	if err != nil {
+		return 0, fmt.Errorf("delete ended webhook events: %w", translate(err))
+	}
+	return tag.RowsAffected(), nil
+}

@@ -202,6 +202,7 @@ func (r *Runner) Run(ctx context.Context, stopTimeout time.Duration) error {
 		}
 	}
 	go r.refreshBacklog(ctx)
+	go r.dropEnded(ctx)
 	<-ctx.Done()
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
 	defer cancel()
@@ -224,6 +225,33 @@ func (r *Runner) refreshBacklog(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+	}
+}
+
+// Retention of ended deliveries: events whose deliveries have all ended
+// are deleted after retention, a batch at a time, by every replica.
+const (
+	retention      = 7 * 24 * time.Hour
+	retentionEvery = 10 * time.Minute
+	retentionBatch = 1000
+)
+
+// dropEnded deletes old ended events until ctx is done.
+func (r *Runner) dropEnded(ctx context.Context) {
+	t := time.NewTicker(retentionEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for {
+			n, err := r.store.DeleteEndedWebhookEvents(ctx, time.Now().Add(-retention), retentionBatch)
+			if err != nil || n < retentionBatch {
+				break
+			}
 		}
 	}
 }

@@ -18,6 +18,7 @@ type Config struct {
 	Shutdown    Shutdown    `yaml:"shutdown"`
 	Log         Log         `yaml:"log"`
 	Idempotency Idempotency `yaml:"idempotency"`
+	Webhooks    Webhooks    `yaml:"webhooks"`
 	Redis       Redis       `yaml:"redis"`
 }
 
@@ -128,6 +129,32 @@ type Idempotency struct {
 	TTL time.Duration `yaml:"ttl"`
 }
 
+// Webhooks configures the delivery of webhook events (docs/webhooks.md).
+type Webhooks struct {
+	// Timeout bounds one delivery attempt, connecting included.
+	Timeout time.Duration `yaml:"timeout"`
+	// MaxAttempts is the number of requests sent for one event before its
+	// delivery is failed.
+	MaxAttempts int `yaml:"max_attempts"`
+	// Backoff spaces the attempts.
+	Backoff Backoff `yaml:"backoff"`
+	// PerEndpointConcurrency is the most attempts in flight to one endpoint
+	// from one replica.
+	PerEndpointConcurrency int `yaml:"per_endpoint_concurrency"`
+	// AllowPrivateNetworks lets endpoints point at loopback, private and
+	// link-local addresses (for development and tests).
+	AllowPrivateNetworks bool `yaml:"allow_private_networks"`
+}
+
+// Backoff is an exponential backoff with full jitter: the wait before retry
+// n is uniform in [0, min(Max, Base·2^(n-1))].
+type Backoff struct {
+	// Base is the ceiling of the first wait.
+	Base time.Duration `yaml:"base"`
+	// Max caps the ceiling.
+	Max time.Duration `yaml:"max"`
+}
+
 // Default returns the configuration used for every key that neither the
 // file nor the environment sets. Database.URL has no default. Each call
 // returns fresh slices, so callers may modify the result.
@@ -146,7 +173,13 @@ func Default() Config {
 		Shutdown:    Shutdown{Timeout: 30 * time.Second},
 		Log:         Log{Level: "info", Format: "json"},
 		Idempotency: Idempotency{TTL: 24 * time.Hour},
-		Redis:       Redis{Timeout: 5 * time.Millisecond},
+		Webhooks: Webhooks{
+			Timeout:                10 * time.Second,
+			MaxAttempts:            20,
+			Backoff:                Backoff{Base: time.Second, Max: time.Hour},
+			PerEndpointConcurrency: 4,
+		},
+		Redis: Redis{Timeout: 5 * time.Millisecond},
 	}
 }
 

@@ -105,6 +105,7 @@ func TestSampleFiles(t *testing.T) {
 				// The documented dev key: sha256("sheba-dev-key-not-a-secret").
 				c.Auth.Keys = []APIKey{{ID: "dev", SHA256: "e4ccd6ac185343fd6cf8ef200416646ae7487fcf6c898a6b032991dafa06e8df"}}
 				c.Log.Format = "text"
+				c.Webhooks.AllowPrivateNetworks = true
 			},
 		},
 		{
@@ -136,12 +137,21 @@ func TestSampleFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 		var got []string
+		// Sub-sections (webhooks.backoff) are mappings inside a section.
+		var walk func(prefix string, m *yaml.Node)
+		walk = func(prefix string, m *yaml.Node) {
+			for j := 0; j+1 < len(m.Content); j += 2 {
+				key, value := prefix+"."+m.Content[j].Value, m.Content[j+1]
+				if value.Kind == yaml.MappingNode {
+					walk(key, value)
+					continue
+				}
+				got = append(got, key)
+			}
+		}
 		sections := doc.Content[0].Content
 		for i := 0; i+1 < len(sections); i += 2 {
-			keys := sections[i+1].Content
-			for j := 0; j+1 < len(keys); j += 2 {
-				got = append(got, sections[i].Value+"."+keys[j].Value)
-			}
+			walk(sections[i].Value, sections[i+1])
 		}
 		var want []string
 		for _, k := range allKeys() {

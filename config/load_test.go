@@ -57,6 +57,12 @@ func TestEnvNames(t *testing.T) {
 		"SHEBA_LOG_LEVEL",
 		"SHEBA_LOG_FORMAT",
 		"SHEBA_IDEMPOTENCY_TTL",
+		"SHEBA_WEBHOOKS_TIMEOUT",
+		"SHEBA_WEBHOOKS_MAX_ATTEMPTS",
+		"SHEBA_WEBHOOKS_BACKOFF_BASE",
+		"SHEBA_WEBHOOKS_BACKOFF_MAX",
+		"SHEBA_WEBHOOKS_PER_ENDPOINT_CONCURRENCY",
+		"SHEBA_WEBHOOKS_ALLOW_PRIVATE_NETWORKS",
 		"SHEBA_REDIS_URL",
 		"SHEBA_REDIS_TIMEOUT",
 	}
@@ -109,6 +115,7 @@ compression: { min_bytes: 0 }
 shutdown: { drain_delay: 5s, timeout: 20s }
 log: { level: debug, format: text }
 idempotency: { ttl: 1h }
+webhooks: { timeout: 3s, max_attempts: 5, backoff: { base: 100ms, max: 1m }, per_endpoint_concurrency: 2, allow_private_networks: true }
 redis: { url: "redis://cache:6379/2", timeout: 8ms }
 `,
 			want: func(c *Config) {
@@ -129,7 +136,12 @@ redis: { url: "redis://cache:6379/2", timeout: 8ms }
 					Shutdown:    Shutdown{DrainDelay: 5 * time.Second, Timeout: 20 * time.Second},
 					Log:         Log{Level: "debug", Format: "text"},
 					Idempotency: Idempotency{TTL: time.Hour},
-					Redis:       Redis{URL: "redis://cache:6379/2", Timeout: 8 * time.Millisecond},
+					Webhooks: Webhooks{
+						Timeout: 3 * time.Second, MaxAttempts: 5,
+						Backoff:                Backoff{Base: 100 * time.Millisecond, Max: time.Minute},
+						PerEndpointConcurrency: 2, AllowPrivateNetworks: true,
+					},
+					Redis: Redis{URL: "redis://cache:6379/2", Timeout: 8 * time.Millisecond},
 				}
 			},
 		},
@@ -328,7 +340,7 @@ func TestLoadErrors(t *testing.T) {
 			name:    "unknown section",
 			file:    "htttp: { addr: \":80\" }\n",
 			wantKey: "htttp",
-			wantMsg: "htttp: unknown key (want one of http, grpc, database, limits, auth, compression, shutdown, log, idempotency, redis)",
+			wantMsg: "htttp: unknown key (want one of http, grpc, database, limits, auth, compression, shutdown, log, idempotency, webhooks, redis)",
 		},
 		{
 			name:    "unknown key",

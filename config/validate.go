@@ -15,10 +15,10 @@ import (
 
 // Validate reports the first problem with c, checking keys in the order of
 // the YAML (http, grpc, database, limits, auth, compression, shutdown, log,
-// idempotency, redis), so the same config always yields the same error. The
-// error is an *Error whose Env is empty; Load fills it in when the value came
-// from the environment. Validate parses database.url and redis.url but
-// connects nowhere.
+// idempotency, webhooks, redis), so the same config always yields the same
+// error. The error is an *Error whose Env is empty; Load fills it in when the
+// value came from the environment. Validate parses database.url and
+// redis.url but connects nowhere.
 func (c Config) Validate() error {
 	if e := c.check(); e != nil {
 		return e
@@ -59,6 +59,19 @@ func (c Config) check() *Error {
 		func() *Error { return oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error") },
 		func() *Error { return oneOf("log.format", c.Log.Format, "json", "text") },
 		func() *Error { return checkIdempotencyTTL(c.Idempotency.TTL) },
+		func() *Error { return positive("webhooks.timeout", c.Webhooks.Timeout) },
+		func() *Error { return atLeast("webhooks.max_attempts", c.Webhooks.MaxAttempts, 1) },
+		func() *Error { return positive("webhooks.backoff.base", c.Webhooks.Backoff.Base) },
+		func() *Error {
+			if c.Webhooks.Backoff.Max < c.Webhooks.Backoff.Base {
+				return bad("webhooks.backoff.max", "must be at least webhooks.backoff.base (%v), got %v",
+					c.Webhooks.Backoff.Base, c.Webhooks.Backoff.Max)
+			}
+			return nil
+		},
+		func() *Error {
+			return atLeast("webhooks.per_endpoint_concurrency", c.Webhooks.PerEndpointConcurrency, 1)
+		},
 		func() *Error { return checkRedisURL(c.Redis.URL) },
 		func() *Error { return checkRedisTimeout(c.Redis.Timeout) },
 	}

@@ -292,6 +292,36 @@ func TestValidate(t *testing.T) {
 			change: func(c *Config) { c.Idempotency.TTL = time.Second },
 		},
 		{
+			name:    "webhooks.timeout",
+			change:  func(c *Config) { c.Webhooks.Timeout = 0 },
+			wantKey: "webhooks.timeout",
+			wantMsg: "webhooks.timeout: must be greater than 0, got 0s",
+		},
+		{
+			name:    "webhooks.max_attempts",
+			change:  func(c *Config) { c.Webhooks.MaxAttempts = 0 },
+			wantKey: "webhooks.max_attempts",
+			wantMsg: "webhooks.max_attempts: must be at least 1, got 0",
+		},
+		{
+			name:    "webhooks.backoff.base",
+			change:  func(c *Config) { c.Webhooks.Backoff.Base = -time.Second },
+			wantKey: "webhooks.backoff.base",
+			wantMsg: "webhooks.backoff.base: must be greater than 0, got -1s",
+		},
+		{
+			name:    "webhooks.backoff.max below base",
+			change:  func(c *Config) { c.Webhooks.Backoff.Base, c.Webhooks.Backoff.Max = time.Minute, time.Second },
+			wantKey: "webhooks.backoff.max",
+			wantMsg: "webhooks.backoff.max: must be at least webhooks.backoff.base (1m0s), got 1s",
+		},
+		{
+			name:    "webhooks.per_endpoint_concurrency",
+			change:  func(c *Config) { c.Webhooks.PerEndpointConcurrency = 0 },
+			wantKey: "webhooks.per_endpoint_concurrency",
+			wantMsg: "webhooks.per_endpoint_concurrency: must be at least 1, got 0",
+		},
+		{
 			name:    "redis.url",
 			change:  func(c *Config) { c.Redis.URL = "http://:hunter2@cache:6379" },
 			wantKey: "redis.url",

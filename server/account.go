@@ -21,6 +21,7 @@ type accountServer struct {
 	store  *store.Store
 	hasher *passwordHasher
 	errs   errorMapper
+	events Publisher
 }
 
 // CreateAccount creates an account. Codes: InvalidArgument, AlreadyExists.
@@ -35,11 +36,19 @@ func (s *accountServer) CreateAccount(ctx context.Context, req *shebav1.CreateAc
 	if err != nil {
 		return nil, s.errs.toStatus(ctx, "create account", err, errMsgs{})
 	}
-	a, err := s.store.CreateAccount(ctx, req.GetUsername(), hash)
+	var account *shebav1.Account
+	err = s.store.InTx(ctx, func(ctx context.Context) error {
+		a, err := s.store.CreateAccount(ctx, req.GetUsername(), hash)
+		if err != nil {
+			return err
+		}
+		account = accountToProto(a)
+		return s.events.Publish(ctx, EventAccountCreated, account)
+	})
 	if err != nil {
 		return nil, s.errs.toStatus(ctx, "create account", err, errMsgs{conflict: "username already taken"})
 	}
-	return &shebav1.CreateAccountResponse{Account: accountToProto(a)}, nil
+	return &shebav1.CreateAccountResponse{Account: account}, nil
 }
 
 // Login checks a username and password. Codes: InvalidArgument,

@@ -14,6 +14,12 @@ type Options struct {
 	// Log receives the one line of every unexpected error; the caller sees
 	// only "internal error". Nil discards it.
 	Log *slog.Logger
+	// Events announces account and subscription changes to webhook
+	// endpoints, in the transaction of each change. Nil announces nothing.
+	Events Publisher
+	// AllowPrivateWebhooks lets webhook endpoints point at loopback,
+	// private and link-local addresses (webhooks.allow_private_networks).
+	AllowPrivateWebhooks bool
 }
 
 // Services are the sheba.v1 services, ready to be registered on any
@@ -23,6 +29,7 @@ type Services struct {
 	ping         pingServer
 	account      *accountServer
 	subscription *subscriptionServer
+	webhook      *webhookServer
 }
 
 // New returns the services over st. It connects nowhere.
@@ -36,9 +43,14 @@ func New(st *store.Store, opts Options) (*Services, error) {
 		return nil, err
 	}
 	errs := errorMapper{log: log}
+	events := opts.Events
+	if events == nil {
+		events = noEvents{}
+	}
 	return &Services{
-		account:      &accountServer{store: st, hasher: hasher, errs: errs},
-		subscription: &subscriptionServer{store: st, errs: errs},
+		account:      &accountServer{store: st, hasher: hasher, errs: errs, events: events},
+		subscription: &subscriptionServer{store: st, errs: errs, events: events},
+		webhook:      &webhookServer{store: st, errs: errs, allowPrivate: opts.AllowPrivateWebhooks},
 	}, nil
 }
 
@@ -47,6 +59,7 @@ func (s *Services) Register(r grpc.ServiceRegistrar) {
 	shebav1.RegisterPingServiceServer(r, s.ping)
 	shebav1.RegisterAccountServiceServer(r, s.account)
 	shebav1.RegisterSubscriptionServiceServer(r, s.subscription)
+	shebav1.RegisterWebhookServiceServer(r, s.webhook)
 }
 
 // Ping returns the PingService.
@@ -58,11 +71,15 @@ func (s *Services) Account() shebav1.AccountServiceServer { return s.account }
 // Subscription returns the SubscriptionService.
 func (s *Services) Subscription() shebav1.SubscriptionServiceServer { return s.subscription }
 
+// Webhook returns the WebhookService.
+func (s *Services) Webhook() shebav1.WebhookServiceServer { return s.webhook }
+
 // descs lists the services, for what is said of them below.
 var descs = []*grpc.ServiceDesc{
 	&shebav1.PingService_ServiceDesc,
 	&shebav1.AccountService_ServiceDesc,
 	&shebav1.SubscriptionService_ServiceDesc,
+	&shebav1.WebhookService_ServiceDesc,
 }
 
 // ServiceNames returns the full names of the services.

@@ -10,8 +10,9 @@ import (
 // subscriptionServer implements shebav1.SubscriptionServiceServer.
 type subscriptionServer struct {
 	shebav1.UnimplementedSubscriptionServiceServer
-	store *store.Store
-	errs  errorMapper
+	store  *store.Store
+	errs   errorMapper
+	events Publisher
 }
 
 // CreateSubscription starts a subscription. Codes: InvalidArgument, NotFound
@@ -23,14 +24,31 @@ func (s *subscriptionServer) CreateSubscription(ctx context.Context, req *shebav
 	if err := v.err(); err != nil {
 		return nil, err
 	}
-	sub, err := s.store.CreateSubscription(ctx, id, req.GetPlan())
+	sub, err := s.changeSubscription(ctx, EventSubscriptionCreated, func(ctx context.Context) (store.Subscription, error) {
+		return s.store.CreateSubscription(ctx, id, req.GetPlan())
+	})
 	if err != nil {
 		return nil, s.errs.toStatus(ctx, "create subscription", err, errMsgs{
 			notFound: "account not found",
 			conflict: "account already has an active subscription",
 		})
 	}
-	return &shebav1.CreateSubscriptionResponse{Subscription: subscriptionToProto(sub)}, nil
+	return &shebav1.CreateSubscriptionResponse{Subscription: sub}, nil
+}
+
+// changeSubscription runs change and publishes its event in one transaction,
+// and returns the changed subscription.
+func (s *subscriptionServer) changeSubscription(ctx context.Context, eventType string, change func(context.Context) (store.Subscription, error)) (*shebav1.Subscription, error) {
+	var sub *shebav1.Subscription
+	err := s.store.InTx(ctx, func(ctx context.Context) error {
+		changed, err := change(ctx)
+		if err != nil {
+			return err
+		}
+		sub = subscriptionToProto(changed)
+		return s.events.Publish(ctx, eventType, sub)
+	})
+	return sub, err
 }
 
 // GetSubscription returns the active subscription. Codes: InvalidArgument,
@@ -56,11 +74,13 @@ func (s *subscriptionServer) CancelSubscription(ctx context.Context, req *shebav
 	if err := v.err(); err != nil {
 		return nil, err
 	}
-	sub, err := s.store.CancelSubscription(ctx, id)
+	sub, err := s.changeSubscription(ctx, EventSubscriptionCanceled, func(ctx context.Context) (store.Subscription, error) {
+		return s.store.CancelSubscription(ctx, id)
+	})
 	if err != nil {
 		return nil, s.errs.toStatus(ctx, "cancel subscription", err, errMsgs{notFound: "no active subscription"})
 	}
-	return &shebav1.CancelSubscriptionResponse{Subscription: subscriptionToProto(sub)}, nil
+	return &shebav1.CancelSubscriptionResponse{Subscription: sub}, nil
 }
 
 // ListSubscriptions returns one keyset page. Codes: InvalidArgument (bad

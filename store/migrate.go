@@ -11,7 +11,10 @@ import (
 	"github.com/golang-migrate/migrate/v4/source"
 	"github.com/golang-migrate/migrate/v4/source/iofs"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
 
 	"github.com/shebasvc/sheba/migrations"
 )
@@ -24,11 +27,14 @@ type MigrationState struct {
 }
 
 // MigrateUp applies every embedded migration the database at databaseURL
-// does not have yet. Having them all already is not an error.
+// does not have yet, then the migrations of River's tables (the queue of the
+// webhook deliveries, docs/webhooks.md). Having them all already is not an
+// error.
 //
 // Concurrent callers are safe: golang-migrate holds a Postgres advisory lock
-// while it works. ctx bounds connecting; once a migration runs it is finished,
-// and canceling ctx stops before the next one.
+// while it works, and River's migrations run under one of ours. ctx bounds
+// connecting; once a migration runs it is finished, and canceling ctx stops
+// before the next one.
 func MigrateUp(ctx context.Context, databaseURL string) error {
 	err := withMigrate(ctx, databaseURL, func(m *migrate.Migrate) error {
 		if err := m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
@@ -39,7 +45,42 @@ func MigrateUp(ctx context.Context, databaseURL string) error {
 	if err != nil {
 		return fmt.Errorf("migrate up: %w", err)
 	}
+	if err := migrateRiverUp(ctx, databaseURL); err != nil {
+		return fmt.Errorf("migrate up: river: %w", err)
+	}
 	return nil
+}
+
+// riverMigrateLock is the advisory lock key that serializes River's
+// migrations between replicas migrating at once: the first word of "sheba
+// river migrate" in ASCII.
+const riverMigrateLock = 0x73686562_61726976
+
+// migrateRiverUp applies River's own migrations with River's migrator,
+// each in its own transaction (some cannot share one), while a session lock
+// (riverMigrateLock) keeps other replicas out. `migrate down` leaves them:
+// River's tables are not part of sheba's numbered schema.
+func migrateRiverUp(ctx context.Context, databaseURL string) error {
+	pool, err := pgxpool.New(ctx, databaseURL)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer pool.Close()
+	lock, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer lock.Release()
+	if _, err := lock.Exec(ctx, `SELECT pg_advisory_lock($1)`, int64(riverMigrateLock)); err != nil {
+		return fmt.Errorf("lock: %w", err)
+	}
+	defer lock.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, int64(riverMigrateLock)) //nolint:errcheck // the session ends with the pool anyway
+	migrator, err := rivermigrate.New(riverpgxv5.New(pool), nil)
+	if err != nil {
+		return err
+	}
+	_, err = migrator.Migrate(ctx, rivermigrate.DirectionUp, nil)
+	return err
 }
 
 // MigrateDown undoes the last applied migration, one step. It returns an

@@ -15,7 +15,7 @@ import (
 )
 
 // schemaTables are the tables the migrations make.
-var schemaTables = []string{"accounts", "subscriptions", "idempotency_keys"}
+var schemaTables = []string{"accounts", "subscriptions", "idempotency_keys", "webhook_endpoints", "webhook_events", "webhook_deliveries"}
 
 // tablesExisting returns how many of schemaTables are in the database.
 func tablesExisting(tb testing.TB, dbURL string) int {
@@ -47,7 +47,7 @@ func checkStatus(tb testing.TB, dbURL string, want []store.MigrationState) {
 }
 
 // migrationNames are the embedded migrations, in order.
-var migrationNames = []string{"init", "idempotency"}
+var migrationNames = []string{"init", "idempotency", "webhooks"}
 
 // statesApplied returns the status of the migrations with the first n
 // applied.

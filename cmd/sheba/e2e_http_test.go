@@ -176,11 +176,17 @@ func TestOpenAPIDocumentHasEveryRoute(t *testing.T) {
 		"GET /v1/accounts/{accountId}/subscription",
 		"GET /v1/ping",
 		"GET /v1/subscriptions",
+		"GET /v1/webhookEndpoints",
+		"GET /v1/webhookEndpoints/{endpointId}",
+		"GET /v1/webhookEndpoints/{endpointId}/deliveries",
+		"DELETE /v1/webhookEndpoints/{endpointId}",
 		"POST /v1/accounts",
 		"POST /v1/accounts/{accountId}/subscription",
 		"POST /v1/accounts/{accountId}/subscription:cancel",
 		"POST /v1/accounts:login",
+		"POST /v1/webhookEndpoints",
 	}
+	slices.Sort(want)
 	if doc.Swagger != "2.0" {
 		t.Errorf("swagger: got %q, want 2.0", doc.Swagger)
 	}

@@ -141,6 +141,7 @@ func startTestEnv(t *testing.T, setup envSetup) *testEnv {
 	ctx, cancel := context.WithCancel(context.Background())
 	deps := serviceDeps{
 		store:          store.New(pool),
+		pool:           pool,
 		healthInterval: 500 * time.Millisecond,
 	}
 	if setup.tp != nil {

@@ -38,7 +38,7 @@ func BenchmarkGatewayJSON(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	s, err := newService(context.Background(), cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), serviceDeps{store: st})
+	s, err := newService(context.Background(), cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), serviceDeps{store: st, pool: pool})
 	if err != nil {
 		b.Fatal(err)
 	}

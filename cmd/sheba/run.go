@@ -151,7 +151,7 @@ func serve(ctx context.Context, args []string, lookup func(string) (string, bool
 	}
 	defer pool.Close()
 
-	srv, err := newService(ctx, cfg, log, serviceDeps{store: store.New(pool), tracerProvider: tp})
+	srv, err := newService(ctx, cfg, log, serviceDeps{store: store.New(pool), pool: pool, tracerProvider: tp})
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -32,6 +33,7 @@ import (
 	"github.com/shebasvc/sheba/server/gateway"
 	"github.com/shebasvc/sheba/server/health"
 	"github.com/shebasvc/sheba/store"
+	"github.com/shebasvc/sheba/webhooks"
 )
 
 // service is sheba assembled: the services, the chain, both servers and the
@@ -46,11 +48,17 @@ type service struct {
 	http     *http.Server
 	// reapKeys deletes expired idempotency records until its context ends.
 	reapKeys func(ctx context.Context)
+	webhooks *webhooks.Runner
 }
 
 // serviceDeps are the parts of a service that do not come from the config.
 type serviceDeps struct {
 	store *store.Store
+	// pool is the store's pool, on which the webhook queue (River) works.
+	pool *pgxpool.Pool
+	// webhookOptions, if set, changes the webhook runner's options (tests
+	// shorten its intervals).
+	webhookOptions func(*webhooks.Options)
 	// tracerProvider gets the spans of every call; nil means no tracing.
 	tracerProvider trace.TracerProvider
 	// healthInterval is how often the database is pinged (default 2s).
@@ -71,14 +79,22 @@ func newService(ctx context.Context, cfg config.Config, log *slog.Logger, d serv
 	if _, off := d.tracerProvider.(tracenoop.TracerProvider); off {
 		d.tracerProvider = nil
 	}
-	services, err := server.New(d.store, server.Options{Log: log})
+	// Each service has its own registry, served at GET /metrics.
+	registry := prometheus.NewRegistry()
+	hooks, err := newWebhooks(cfg.Webhooks, d, log, registry)
+	if err != nil {
+		return nil, err
+	}
+	services, err := server.New(d.store, server.Options{
+		Log:                  log,
+		Events:               hooks,
+		AllowPrivateWebhooks: cfg.Webhooks.AllowPrivateNetworks,
+	})
 	if err != nil {
 		return nil, err
 	}
 	checker := health.NewChecker(d.store.Ping, d.healthInterval, server.ServiceNames())
 
-	// Each service has its own registry, served at GET /metrics.
-	registry := prometheus.NewRegistry()
 	m, err := metrics.New(registry, server.Methods())
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
@@ -152,7 +168,28 @@ func newService(ctx context.Context, cfg config.Config, log *slog.Logger, d serv
 		reapKeys: func(ctx context.Context) {
 			idempotency.Reap(ctx, d.store, idempotency.ReapInterval(cfg.Idempotency.TTL), log)
 		},
+		webhooks: hooks,
 	}, nil
+}
+
+// newWebhooks builds the webhook runner (docs/webhooks.md) from the
+// webhooks section.
+func newWebhooks(c config.Webhooks, d serviceDeps, log *slog.Logger, reg prometheus.Registerer) (*webhooks.Runner, error) {
+	o := webhooks.Options{
+		Timeout:                c.Timeout,
+		MaxAttempts:            c.MaxAttempts,
+		BackoffBase:            c.Backoff.Base,
+		BackoffMax:             c.Backoff.Max,
+		PerEndpointConcurrency: c.PerEndpointConcurrency,
+		AllowPrivateNetworks:   c.AllowPrivateNetworks,
+		Log:                    log,
+		TracerProvider:         d.tracerProvider,
+		Registerer:             reg,
+	}
+	if d.webhookOptions != nil {
+		d.webhookOptions(&o)
+	}
+	return webhooks.New(d.pool, d.store, o)
 }
 
 // newAuthenticator parses the configured key hashes, once, into the API-key
@@ -256,6 +293,18 @@ func (s *service) serve(ctx context.Context, grpcLis, httpLis net.Listener) erro
 		<-reaped
 	}()
 
+	// Webhook deliveries stop beside the servers, within the same bound:
+	// attempts in flight get half of it to finish, and whatever is left
+	// waits in the queue for any replica.
+	hooksCtx, stopHooks := context.WithCancel(context.WithoutCancel(ctx))
+	hooksDone := make(chan error, 1)
+	go func() { hooksDone <- s.webhooks.Run(hooksCtx, s.shutdown.Timeout/2) }()
+	defer func() {
+		if err := <-hooksDone; err != nil {
+			s.log.Warn("stopping webhook deliveries", "error", err)
+		}
+	}()
+
 	errc := make(chan error, 2)
 	go func() { errc <- s.grpc.Serve(grpcLis) }()
 	go func() {
@@ -273,6 +322,7 @@ func (s *service) serve(ctx context.Context, grpcLis, httpLis net.Listener) erro
 	case serveErr = <-errc:
 		serveErr = fmt.Errorf("serve: %w", serveErr)
 	}
+	stopHooks()
 	return errors.Join(serveErr, s.stop())
 }
 

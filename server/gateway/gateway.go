@@ -82,6 +82,9 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, o Options) (http.Ha
 		func() error {
 			return shebav1.RegisterSubscriptionServiceHandlerClient(ctx, gw, shebav1.NewSubscriptionServiceClient(conn))
 		},
+		func() error {
+			return shebav1.RegisterWebhookServiceHandlerClient(ctx, gw, shebav1.NewWebhookServiceClient(conn))
+		},
 	} {
 		if err := register(); err != nil {
 			return nil, fmt.Errorf("register gateway handler: %w", err)

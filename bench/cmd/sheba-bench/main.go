@@ -90,6 +90,10 @@ type options struct {
 	resultsDir   string
 	goCmd        string
 	keep         bool
+	// The webhook scenarios (webhooks.go).
+	webhookEvents int
+	webhookOutage time.Duration
+	webhookRate   int
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -112,6 +116,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.loadCPU, "load-cpu", 1, "CPU of the load generators (-1: no pinning)")
 	fs.StringVar(&o.resultsDir, "results", "bench/results", "folder of the JSON results")
 	fs.StringVar(&o.goCmd, "go", "go", "go command")
+	fs.IntVar(&o.webhookEvents, "webhook-events", 5000, "events of webhook-throughput")
+	fs.DurationVar(&o.webhookOutage, "webhook-outage", 60*time.Second, "how long the receiver of webhook-outage is down")
+	fs.IntVar(&o.webhookRate, "webhook-rate", 20, "events/s published during webhook-outage")
 	fs.BoolVar(&o.keep, "keep", false, "keep the run's temporary folder (logs, configs, a copy of the Postgres log)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -311,6 +318,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		}
 		rep.Scenarios = append(rep.Scenarios, sr)
 	}
+	var webhookTable string
+	if want(scenWebhookThroughput, scenWebhookOutage) {
+		if webhookTable, err = b.runWebhookScenarios(ctx, want(scenWebhookThroughput), want(scenWebhookOutage), logf); err != nil {
+			return err
+		}
+	}
 	rep.Finished = time.Now().UTC()
 
 	path, err := writeReport(filepath.Join(b.repo, opts.resultsDir), rep)
@@ -318,6 +331,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		return err
 	}
 	fmt.Fprint(stdout, renderTable(rep))
+	fmt.Fprint(stdout, webhookTable)
 	rel, _ := filepath.Rel(b.repo, path)
 	fmt.Fprintf(stdout, "\nRaw numbers: %s (took %v)\n", rel, rep.Finished.Sub(rep.Started).Round(time.Second))
 	return nil

@@ -48,7 +48,8 @@ const (
 )
 
 // scenarioNames is every scenario in the order they run.
-var scenarioNames = []string{"ping-rest", "ping-grpc", "error-rest", "readyz", "get-subscription", "get-subscription-pgbench", "login-overload", "ping-rest-traced", "ping-rest-redis", "adaptive-overload"}
+var scenarioNames = []string{"ping-rest", "ping-grpc", "error-rest", "readyz", "get-subscription", "get-subscription-pgbench", "login-overload", "ping-rest-traced",
+	"ping-rest-redis", "adaptive-overload", scenWebhookThroughput, scenWebhookOutage}
 
 // scenarios builds the scenarios of issue 6 for this run.
 func (b *bench) scenarios() []scenario {

@@ -1,0 +1,319 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"slices"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
+	"github.com/shebasvc/sheba/interceptors/callinfo"
+	"github.com/shebasvc/sheba/store"
+	"github.com/shebasvc/sheba/webhooks/ssrf"
+)
+
+// The event types of docs/webhooks.md.
+const (
+	EventAccountCreated        = "account.created"
+	EventSubscriptionCreated   = "subscription.created"
+	EventSubscriptionCanceled  = "subscription.canceled"
+	maxWebhookURLBytes         = 2048
+	maxWebhookDescriptionBytes = 256
+)
+
+// EventTypes lists the event types an endpoint may ask for.
+func EventTypes() []string {
+	return []string{EventAccountCreated, EventSubscriptionCreated, EventSubscriptionCanceled}
+}
+
+// Publisher announces a change to the webhook endpoints that receive its
+// event type (docs/webhooks.md). Publish must write in the transaction that
+// ctx carries (store.InTx), so the event commits with the change or not at
+// all; resource is what the REST API answers for the changed resource.
+type Publisher interface {
+	Publish(ctx context.Context, eventType string, resource proto.Message) error
+}
+
+// noEvents is the Publisher of services built without webhooks.
+type noEvents struct{}
+
+func (noEvents) Publish(context.Context, string, proto.Message) error { return nil }
+
+// webhookServer implements shebav1.WebhookServiceServer.
+type webhookServer struct {
+	shebav1.UnimplementedWebhookServiceServer
+	store        *store.Store
+	errs         errorMapper
+	allowPrivate bool
+}
+
+// errNoCaller answers a call that reached the service without an API key
+// (only possible if the operator made the methods public): endpoints belong
+// to a key.
+var errNoCaller = status.Error(codes.Unauthenticated, "webhook endpoints belong to an API key: send one")
+
+// owner returns the id of the caller's API key, which owns its endpoints.
+func owner(ctx context.Context) (string, error) {
+	if info := callinfo.FromContext(ctx); info != nil && info.CallerID != "" {
+		return info.CallerID, nil
+	}
+	return "", errNoCaller
+}
+
+// CreateWebhookEndpoint registers an endpoint. Codes: InvalidArgument (also
+// for a URL the caller already registered), Unauthenticated.
+func (s *webhookServer) CreateWebhookEndpoint(ctx context.Context, req *shebav1.CreateWebhookEndpointRequest) (*shebav1.CreateWebhookEndpointResponse, error) {
+	who, err := owner(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var v violations
+	s.checkURL(ctx, &v, "url", req.GetUrl())
+	types := checkEventTypes(&v, "event_types", req.GetEventTypes())
+	if n := len(req.GetDescription()); n > maxWebhookDescriptionBytes {
+		v.add("description", fmt.Sprintf("must be at most %d bytes, got %d", maxWebhookDescriptionBytes, n))
+	}
+	if err := v.err(); err != nil {
+		return nil, err
+	}
+	secret, err := newWebhookSecret()
+	if err != nil {
+		return nil, s.errs.toStatus(ctx, "create webhook endpoint", err, errMsgs{})
+	}
+	e, err := s.store.CreateWebhookEndpoint(ctx, store.WebhookEndpoint{
+		Owner:       who,
+		URL:         req.GetUrl(),
+		EventTypes:  types,
+		Description: req.GetDescription(),
+		Secret:      secret,
+	})
+	if errors.Is(err, store.ErrConflict) {
+		v.add("url", "an endpoint with this URL is already registered")
+		return nil, v.err()
+	}
+	if err != nil {
+		return nil, s.errs.toStatus(ctx, "create webhook endpoint", err, errMsgs{})
+	}
+	p := endpointToProto(e)
+	p.Secret = e.Secret
+	return &shebav1.CreateWebhookEndpointResponse{WebhookEndpoint: p}, nil
+}
+
+// GetWebhookEndpoint returns one endpoint of the caller. Codes:
+// InvalidArgument, NotFound, Unauthenticated.
+func (s *webhookServer) GetWebhookEndpoint(ctx context.Context, req *shebav1.GetWebhookEndpointRequest) (*shebav1.GetWebhookEndpointResponse, error) {
+	who, err := owner(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var v violations
+	id := v.checkID("endpoint_id", req.GetEndpointId())
+	if err := v.err(); err != nil {
+		return nil, err
+	}
+	e, err := s.store.GetWebhookEndpoint(ctx, who, id)
+	if err != nil {
+		return nil, s.errs.toStatus(ctx, "get webhook endpoint", err, errMsgs{notFound: "webhook endpoint not found"})
+	}
+	return &shebav1.GetWebhookEndpointResponse{WebhookEndpoint: endpointToProto(e)}, nil
+}
+
+// ListWebhookEndpoints returns one keyset page of the caller's endpoints.
+// Codes: InvalidArgument, Unauthenticated.
+func (s *webhookServer) ListWebhookEndpoints(ctx context.Context, req *shebav1.ListWebhookEndpointsRequest) (*shebav1.ListWebhookEndpointsResponse, error) {
+	who, err := owner(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// The page token is bound to the owner, as a subscription token is to
+	// its plan filter.
+	binding := "webhookEndpoints/" + who
+	var v violations
+	size := v.checkPageSize("page_size", req.GetPageSize())
+	after := checkPageToken(&v, req.GetPageToken(), binding)
+	if err := v.err(); err != nil {
+		return nil, err
+	}
+	es, err := s.store.ListWebhookEndpoints(ctx, who, size+1, after)
+	if err != nil {
+		return nil, s.errs.toStatus(ctx, "list webhook endpoints", err, errMsgs{})
+	}
+	resp := &shebav1.ListWebhookEndpointsResponse{}
+	es, resp.NextPageToken = nextPage(es, size, binding, func(e store.WebhookEndpoint) store.Cursor {
+		return store.Cursor{CreateTime: e.CreateTime, ID: e.ID}
+	})
+	resp.WebhookEndpoints = make([]*shebav1.WebhookEndpoint, len(es))
+	for i, e := range es {
+		resp.WebhookEndpoints[i] = endpointToProto(e)
+	}
+	return resp, nil
+}
+
+// DeleteWebhookEndpoint deletes an endpoint of the caller and its
+// deliveries. Codes: InvalidArgument, NotFound, Unauthenticated.
+func (s *webhookServer) DeleteWebhookEndpoint(ctx context.Context, req *shebav1.DeleteWebhookEndpointRequest) (*shebav1.DeleteWebhookEndpointResponse, error) {
+	who, err := owner(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var v violations
+	id := v.checkID("endpoint_id", req.GetEndpointId())
+	if err := v.err(); err != nil {
+		return nil, err
+	}
+	if err := s.store.DeleteWebhookEndpoint(ctx, who, id); err != nil {
+		return nil, s.errs.toStatus(ctx, "delete webhook endpoint", err, errMsgs{notFound: "webhook endpoint not found"})
+	}
+	return &shebav1.DeleteWebhookEndpointResponse{}, nil
+}
+
+// ListWebhookDeliveries returns one keyset page of the deliveries to an
+// endpoint of the caller. Codes: InvalidArgument, NotFound, Unauthenticated.
+func (s *webhookServer) ListWebhookDeliveries(ctx context.Context, req *shebav1.ListWebhookDeliveriesRequest) (*shebav1.ListWebhookDeliveriesResponse, error) {
+	who, err := owner(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var v violations
+	id := v.checkID("endpoint_id", req.GetEndpointId())
+	size := v.checkPageSize("page_size", req.GetPageSize())
+	binding := "webhookEndpoints/" + id + "/deliveries"
+	after := checkPageToken(&v, req.GetPageToken(), binding)
+	if err := v.err(); err != nil {
+		return nil, err
+	}
+	// The ownership check and the page read need not be atomic: a delete in
+	// between leaves an empty page, as it would a moment later.
+	if _, err := s.store.GetWebhookEndpoint(ctx, who, id); err != nil {
+		return nil, s.errs.toStatus(ctx, "list webhook deliveries", err, errMsgs{notFound: "webhook endpoint not found"})
+	}
+	ds, err := s.store.ListWebhookDeliveries(ctx, id, size+1, after)
+	if err != nil {
+		return nil, s.errs.toStatus(ctx, "list webhook deliveries", err, errMsgs{})
+	}
+	resp := &shebav1.ListWebhookDeliveriesResponse{}
+	ds, resp.NextPageToken = nextPage(ds, size, binding, func(d store.WebhookDelivery) store.Cursor {
+		return store.Cursor{CreateTime: d.CreateTime, ID: d.EventID}
+	})
+	resp.Deliveries = make([]*shebav1.WebhookDelivery, len(ds))
+	for i, d := range ds {
+		resp.Deliveries[i] = deliveryToProto(d)
+	}
+	return resp, nil
+}
+
+// nextPage cuts rows, read with a limit of size+1, to the page and returns
+// the token of the next page: "" when the extra row was not there.
+func nextPage[T any](rows []T, size int, binding string, cursor func(T) store.Cursor) ([]T, string) {
+	if len(rows) <= size {
+		return rows, ""
+	}
+	rows = rows[:size]
+	return rows, encodePageToken(cursor(rows[size-1]), binding)
+}
+
+// checkPageToken decodes a page token issued for binding; "" is the first
+// page.
+func checkPageToken(v *violations, token, binding string) *store.Cursor {
+	if token == "" {
+		return nil
+	}
+	c, err := decodePageToken(token, binding)
+	if err != nil {
+		v.add("page_token", err.Error())
+	}
+	return c
+}
+
+// checkURL applies the URL rules of docs/webhooks.md, the network check
+// included (it resolves the host).
+func (s *webhookServer) checkURL(ctx context.Context, v *violations, field, url string) {
+	if url == "" {
+		v.add(field, "must be set")
+		return
+	}
+	if len(url) > maxWebhookURLBytes {
+		v.add(field, fmt.Sprintf("must be at most %d bytes, got %d", maxWebhookURLBytes, len(url)))
+		return
+	}
+	if err := ssrf.CheckURL(ctx, url, s.allowPrivate, nil); err != nil {
+		v.add(field, err.Error())
+	}
+}
+
+// checkEventTypes checks that types holds at least one known type, none
+// twice, and returns them.
+func checkEventTypes(v *violations, field string, types []string) []string {
+	if len(types) == 0 {
+		v.add(field, "must list at least one event type")
+		return nil
+	}
+	known := EventTypes()
+	for i, t := range types {
+		switch {
+		case !slices.Contains(known, t):
+			v.add(fmt.Sprintf("%s[%d]", field, i), fmt.Sprintf("unknown event type %q: want one of %v", t, known))
+		case slices.Index(types, t) < i:
+			v.add(fmt.Sprintf("%s[%d]", field, i), fmt.Sprintf("event type %q is listed twice", t))
+		}
+	}
+	return types
+}
+
+// newWebhookSecret returns "whsec_" and the base64 of 32 random bytes, the
+// Standard Webhooks form of a signing secret.
+func newWebhookSecret() (string, error) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("webhook secret: %w", err)
+	}
+	return "whsec_" + base64.StdEncoding.EncodeToString(b[:]), nil
+}
+
+func endpointToProto(e store.WebhookEndpoint) *shebav1.WebhookEndpoint {
+	state := shebav1.WebhookEndpointState_ENABLED
+	if e.State == store.EndpointDisabled {
+		state = shebav1.WebhookEndpointState_DISABLED
+	}
+	return &shebav1.WebhookEndpoint{
+		Id:          e.ID,
+		Url:         e.URL,
+		EventTypes:  e.EventTypes,
+		Description: e.Description,
+		State:       state,
+		CreateTime:  timestamppb.New(e.CreateTime),
+	}
+}
+
+func deliveryToProto(d store.WebhookDelivery) *shebav1.WebhookDelivery {
+	p := &shebav1.WebhookDelivery{
+		EventId:        d.EventID,
+		EventType:      d.EventType,
+		Attempts:       int32(d.Attempts),
+		LastHttpStatus: int32(d.LastHTTPStatus),
+		LastError:      d.LastError,
+		CreateTime:     timestamppb.New(d.CreateTime),
+	}
+	switch d.State {
+	case store.DeliveryPending:
+		p.State = shebav1.WebhookDeliveryState_PENDING
+	case store.DeliverySucceeded:
+		p.State = shebav1.WebhookDeliveryState_SUCCEEDED
+	case store.DeliveryFailed:
+		p.State = shebav1.WebhookDeliveryState_FAILED
+	}
+	if d.NextAttemptTime != nil {
+		p.NextAttemptTime = timestamppb.New(*d.NextAttemptTime)
+	}
+	if d.LastAttemptTime != nil {
+		p.LastAttemptTime = timestamppb.New(*d.LastAttemptTime)
+	}
+	return p
+}

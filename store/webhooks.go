@@ -1,0 +1,347 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// EndpointState is whether a webhook endpoint receives events.
+type EndpointState string
+
+// The values of EndpointState.
+const (
+	EndpointEnabled  EndpointState = "enabled"
+	EndpointDisabled EndpointState = "disabled"
+)
+
+// DeliveryState is where the delivery of one event to one endpoint stands.
+type DeliveryState string
+
+// The values of DeliveryState.
+const (
+	DeliveryPending   DeliveryState = "pending"
+	DeliverySucceeded DeliveryState = "succeeded"
+	DeliveryFailed    DeliveryState = "failed"
+)
+
+// WebhookEndpoint is a row of the webhook_endpoints table.
+type WebhookEndpoint struct {
+	ID          string
+	Owner       string
+	URL         string
+	EventTypes  []string
+	Description string
+	Secret      string
+	State       EndpointState
+	CreateTime  time.Time
+}
+
+const endpointColumns = `id, owner, url, event_types, description, secret, state, create_time`
+
+func scanEndpoint(row pgx.CollectableRow) (WebhookEndpoint, error) {
+	var e WebhookEndpoint
+	if err := row.Scan(&e.ID, &e.Owner, &e.URL, &e.EventTypes, &e.Description, &e.Secret, &e.State, &e.CreateTime); err != nil {
+		return WebhookEndpoint{}, err
+	}
+	e.CreateTime = e.CreateTime.UTC()
+	return e, nil
+}
+
+// CreateWebhookEndpoint stores a new enabled endpoint; ID, State and
+// CreateTime of e are ignored. It returns ErrConflict if the owner already
+// has an endpoint with the same URL.
+func (s *Store) CreateWebhookEndpoint(ctx context.Context, e WebhookEndpoint) (WebhookEndpoint, error) {
+	rows, _ := s.db(ctx).Query(ctx, `
+		INSERT INTO webhook_endpoints (owner, url, event_types, description, secret)
+		VALUES ($1, $2, $3, $4, $5)
+		RETURNING `+endpointColumns,
+		e.Owner, e.URL, e.EventTypes, e.Description, e.Secret)
+	created, err := pgx.CollectExactlyOneRow(rows, scanEndpoint)
+	if err != nil {
+		return WebhookEndpoint{}, fmt.Errorf("create webhook endpoint of %q: %w", e.Owner, translate(err))
+	}
+	return created, nil
+}
+
+// GetWebhookEndpoint returns the owner's endpoint id, or ErrNotFound if there
+// is none (or it belongs to another owner).
+func (s *Store) GetWebhookEndpoint(ctx context.Context, owner, id string) (WebhookEndpoint, error) {
+	rows, _ := s.db(ctx).Query(ctx, `
+		SELECT `+endpointColumns+`
+		FROM webhook_endpoints
+		WHERE id = $1 AND owner = $2`,
+		id, owner)
+	e, err := pgx.CollectExactlyOneRow(rows, scanEndpoint)
+	if err != nil {
+		return WebhookEndpoint{}, fmt.Errorf("get webhook endpoint %q: %w", id, translate(err))
+	}
+	return e, nil
+}
+
+// ListWebhookEndpoints returns up to limit endpoints of the owner, newest
+// first (by create_time, then id, both descending), starting after after
+// (nil: the first page).
+func (s *Store) ListWebhookEndpoints(ctx context.Context, owner string, limit int, after *Cursor) ([]WebhookEndpoint, error) {
+	sql, args := keysetQuery(`
+		SELECT `+endpointColumns+`
+		FROM webhook_endpoints
+		WHERE owner = $1`, []any{owner}, "create_time", "id", limit, after)
+	rows, _ := s.db(ctx).Query(ctx, sql, args...)
+	es, err := pgx.CollectRows(rows, scanEndpoint)
+	if err != nil {
+		return nil, fmt.Errorf("list webhook endpoints of %q: %w", owner, translate(err))
+	}
+	return es, nil
+}
+
+// DeleteWebhookEndpoint deletes the owner's endpoint id with its deliveries,
+// or returns ErrNotFound.
+func (s *Store) DeleteWebhookEndpoint(ctx context.Context, owner, id string) error {
+	tag, err := s.db(ctx).Exec(ctx, `DELETE FROM webhook_endpoints WHERE id = $1 AND owner = $2`, id, owner)
+	if err != nil {
+		return fmt.Errorf("delete webhook endpoint %q: %w", id, translate(err))
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("delete webhook endpoint %q: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
+// ListEndpointsForEvent returns the ids of the enabled endpoints, of every
+// owner, that receive events of eventType.
+func (s *Store) ListEndpointsForEvent(ctx context.Context, eventType string) ([]string, error) {
+	rows, _ := s.db(ctx).Query(ctx, `
+		SELECT id FROM webhook_endpoints
+		WHERE state = 'enabled' AND $1 = ANY (event_types)`, eventType)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("list endpoints for %q: %w", eventType, translate(err))
+	}
+	return ids, nil
+}
+
+// DisableWebhookEndpoint sets the endpoint's state to disabled and fails its
+// pending deliveries with reason.
+func (s *Store) DisableWebhookEndpoint(ctx context.Context, id, reason string) error {
+	return s.InTx(ctx, func(ctx context.Context) error {
+		if _, err := s.db(ctx).Exec(ctx, `UPDATE webhook_endpoints SET state = 'disabled' WHERE id = $1`, id); err != nil {
+			return fmt.Errorf("disable webhook endpoint %q: %w", id, translate(err))
+		}
+		if _, err := s.db(ctx).Exec(ctx, `
+			UPDATE webhook_deliveries
+			SET state = 'failed', last_error = $2, next_attempt_time = NULL
+			WHERE endpoint_id = $1 AND state = 'pending'`, id, reason); err != nil {
+			return fmt.Errorf("fail deliveries of webhook endpoint %q: %w", id, translate(err))
+		}
+		return nil
+	})
+}
+
+// WebhookEvent is a row of the webhook_events table.
+type WebhookEvent struct {
+	ID          string
+	Type        string
+	Body        []byte
+	Traceparent string
+	CreateTime  time.Time
+}
+
+// CreateWebhookEvent stores ev and a pending delivery of it to each of
+// endpointIDs, due at once. Call it in the transaction of the change the
+// event announces.
+func (s *Store) CreateWebhookEvent(ctx context.Context, ev WebhookEvent, endpointIDs []string) error {
+	return s.InTx(ctx, func(ctx context.Context) error {
+		if _, err := s.db(ctx).Exec(ctx, `
+			INSERT INTO webhook_events (id, type, body, traceparent, create_time)
+			VALUES ($1, $2, $3, $4, $5)`,
+			ev.ID, ev.Type, ev.Body, ev.Traceparent, ev.CreateTime); err != nil {
+			return fmt.Errorf("create webhook event %q: %w", ev.Type, translate(err))
+		}
+		if _, err := s.db(ctx).Exec(ctx, `
+			INSERT INTO webhook_deliveries (endpoint_id, event_id, create_time, next_attempt_time)
+			SELECT unnest($1::uuid[]), $2, $3, $3`,
+			endpointIDs, ev.ID, ev.CreateTime); err != nil {
+			return fmt.Errorf("create deliveries of webhook event %q: %w", ev.ID, translate(err))
+		}
+		return nil
+	})
+}
+
+// WebhookDelivery is a row of the webhook_deliveries table, with the type of
+// its event.
+type WebhookDelivery struct {
+	EndpointID      string
+	EventID         string
+	EventType       string
+	State           DeliveryState
+	Attempts        int
+	LastHTTPStatus  int
+	LastError       string
+	LastAttemptTime *time.Time
+	NextAttemptTime *time.Time
+	CreateTime      time.Time
+}
+
+func scanDelivery(row pgx.CollectableRow) (WebhookDelivery, error) {
+	var d WebhookDelivery
+	if err := row.Scan(&d.EndpointID, &d.EventID, &d.EventType, &d.State, &d.Attempts, &d.LastHTTPStatus,
+		&d.LastError, &d.LastAttemptTime, &d.NextAttemptTime, &d.CreateTime); err != nil {
+		return WebhookDelivery{}, err
+	}
+	d.CreateTime = d.CreateTime.UTC()
+	for _, t := range []**time.Time{&d.LastAttemptTime, &d.NextAttemptTime} {
+		if *t != nil {
+			u := (*t).UTC()
+			*t = &u
+		}
+	}
+	return d, nil
+}
+
+// ListWebhookDeliveries returns up to limit deliveries to the endpoint,
+// newest event first (by create_time, then event id, both descending),
+// starting after after (nil: the first page).
+func (s *Store) ListWebhookDeliveries(ctx context.Context, endpointID string, limit int, after *Cursor) ([]WebhookDelivery, error) {
+	sql, args := keysetQuery(`
+		SELECT d.endpoint_id, d.event_id, e.type, d.state, d.attempts, d.last_http_status,
+		       d.last_error, d.last_attempt_time, d.next_attempt_time, d.create_time
+		FROM webhook_deliveries d JOIN webhook_events e ON e.id = d.event_id
+		WHERE d.endpoint_id = $1`, []any{endpointID}, "d.create_time", "d.event_id", limit, after)
+	rows, _ := s.db(ctx).Query(ctx, sql, args...)
+	ds, err := pgx.CollectRows(rows, scanDelivery)
+	if err != nil {
+		return nil, fmt.Errorf("list deliveries of webhook endpoint %q: %w", endpointID, translate(err))
+	}
+	return ds, nil
+}
+
+// keysetQuery appends to sql (which ends in a WHERE clause whose values are
+// args) the keyset condition after the cursor, the newest-first order on
+// (timeCol, idCol) and the limit.
+func keysetQuery(sql string, args []any, timeCol, idCol string, limit int, after *Cursor) (string, []any) {
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	if after != nil {
+		sql += ` AND (` + timeCol + `, ` + idCol + `) < (` + arg(after.CreateTime) + `, ` + arg(after.ID) + `)`
+	}
+	sql += `
+		ORDER BY ` + timeCol + ` DESC, ` + idCol + ` DESC
+		LIMIT ` + arg(limit)
+	return sql, args
+}
+
+// DeliveryAttempt is what one attempt needs: the event, the endpoint and
+// where the delivery stands.
+type DeliveryAttempt struct {
+	Event    WebhookEvent
+	Endpoint WebhookEndpoint
+	State    DeliveryState
+	Attempts int
+	// Holds counts the attempts the throttle held back.
+	Holds int
+}
+
+// GetDeliveryAttempt returns what an attempt to deliver the event to the
+// endpoint needs, or ErrNotFound if the delivery is gone (its endpoint was
+// deleted).
+func (s *Store) GetDeliveryAttempt(ctx context.Context, endpointID, eventID string) (DeliveryAttempt, error) {
+	var a DeliveryAttempt
+	ep := &a.Endpoint
+	ev := &a.Event
+	err := s.db(ctx).QueryRow(ctx, `
+		SELECT ep.id, ep.owner, ep.url, ep.event_types, ep.description, ep.secret, ep.state, ep.create_time,
+		       ev.id, ev.type, ev.body, ev.traceparent, ev.create_time,
+		       d.state, d.attempts, d.holds
+		FROM webhook_deliveries d
+		JOIN webhook_endpoints ep ON ep.id = d.endpoint_id
+		JOIN webhook_events ev ON ev.id = d.event_id
+		WHERE d.endpoint_id = $1 AND d.event_id = $2`, endpointID, eventID).Scan(
+		&ep.ID, &ep.Owner, &ep.URL, &ep.EventTypes, &ep.Description, &ep.Secret, &ep.State, &ep.CreateTime,
+		&ev.ID, &ev.Type, &ev.Body, &ev.Traceparent, &ev.CreateTime,
+		&a.State, &a.Attempts, &a.Holds)
+	if err != nil {
+		return DeliveryAttempt{}, fmt.Errorf("get delivery of event %q to endpoint %q: %w", eventID, endpointID, translate(err))
+	}
+	return a, nil
+}
+
+// StartDeliveryAttempt counts an attempt about to be sent and returns its
+// number (1 for the first), so an attempt cut short by a crash still counts.
+func (s *Store) StartDeliveryAttempt(ctx context.Context, endpointID, eventID string) (int, error) {
+	var n int
+	err := s.db(ctx).QueryRow(ctx, `
+		UPDATE webhook_deliveries SET attempts = attempts + 1
+		WHERE endpoint_id = $1 AND event_id = $2
+		RETURNING attempts`, endpointID, eventID).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("start delivery attempt of event %q to endpoint %q: %w", eventID, endpointID, translate(err))
+	}
+	return n, nil
+}
+
+// DeliveryResult is the outcome of one attempt.
+type DeliveryResult struct {
+	State      DeliveryState
+	HTTPStatus int    // 0 without an answer
+	Error      string // "" on success
+	// Next is when the next attempt is due; nil once the delivery ended.
+	Next *time.Time
+	At   time.Time
+}
+
+// FinishDeliveryAttempt records the outcome of an attempt.
+func (s *Store) FinishDeliveryAttempt(ctx context.Context, endpointID, eventID string, r DeliveryResult) error {
+	_, err := s.db(ctx).Exec(ctx, `
+		UPDATE webhook_deliveries
+		SET state = $3, last_http_status = $4, last_error = $5, next_attempt_time = $6, last_attempt_time = $7
+		WHERE endpoint_id = $1 AND event_id = $2`,
+		endpointID, eventID, r.State, r.HTTPStatus, r.Error, r.Next, r.At)
+	if err != nil {
+		return fmt.Errorf("finish delivery attempt of event %q to endpoint %q: %w", eventID, endpointID, translate(err))
+	}
+	return nil
+}
+
+// PostponeDelivery moves the next attempt of a pending delivery to next and
+// counts a hold, not an attempt (throttling held it back).
+func (s *Store) PostponeDelivery(ctx context.Context, endpointID, eventID string, next time.Time) error {
+	_, err := s.db(ctx).Exec(ctx, `
+		UPDATE webhook_deliveries SET next_attempt_time = $3, holds = holds + 1
+		WHERE endpoint_id = $1 AND event_id = $2 AND state = 'pending'`,
+		endpointID, eventID, next)
+	if err != nil {
+		return fmt.Errorf("postpone delivery of event %q to endpoint %q: %w", eventID, endpointID, translate(err))
+	}
+	return nil
+}
+
+// CountPendingDeliveries returns the number of deliveries not yet ended.
+func (s *Store) CountPendingDeliveries(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.db(ctx).QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries WHERE state = 'pending'`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count pending deliveries: %w", translate(err))
+	}
+	return n, nil
+}
+
+// DeleteEndedWebhookEvents deletes up to limit events older than before
+// whose deliveries have all ended, with their deliveries, and returns how
+// many it deleted.
+func (s *Store) DeleteEndedWebhookEvents(ctx context.Context, before time.Time, limit int) (int64, error) {
+	tag, err := s.db(ctx).Exec(ctx, `
+		DELETE FROM webhook_events WHERE id IN (
+			SELECT e.id FROM webhook_events e
+			WHERE e.create_time < $1
+			  AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_id = e.id AND d.state = 'pending')
+			LIMIT $2)`, before, limit)
+	if err != nil {
+		return 0, fmt.Errorf("delete ended webhook events: %w", translate(err))
+	}
+	return tag.RowsAffected(), nil
+}

@@ -1,0 +1,156 @@
+package webhooks
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/shebasvc/sheba/store"
+	"github.com/shebasvc/sheba/webhooks/ssrf"
+)
+
+// maxAnswerBytes is as much of an answer's body as an attempt reads: the
+// status is the answer, and a receiver must not make us download more.
+const maxAnswerBytes = 4 << 10
+
+// result is the outcome of one request.
+type result struct {
+	status     int           // 0 without an HTTP answer
+	retryAfter time.Duration // from a Retry-After header
+	err        error         // why there was no answer
+	duration   time.Duration
+}
+
+// accepted reports whether the endpoint took the request: it answered, and
+// not with a status that says it is overloaded or failing. This is what the
+// adaptive throttle counts as an accept.
+func (r result) accepted() bool {
+	return r.status != 0 && r.status < 500 && r.status != http.StatusTooManyRequests && r.status != http.StatusRequestTimeout
+}
+
+// result names the outcome for sheba_webhook_attempts_total.
+func (r result) result() string {
+	switch {
+	case r.status >= 200 && r.status < 300:
+		return "success"
+	case r.status == http.StatusGone:
+		return "gone"
+	case r.status != 0:
+		return "http_error"
+	case errors.Is(r.err, context.DeadlineExceeded):
+		return "timeout"
+	default:
+		return "network_error"
+	}
+}
+
+// errText is what the delivery shows as its last error.
+func (r result) errText() string {
+	switch {
+	case r.status >= 200 && r.status < 300:
+		return ""
+	case r.status != 0:
+		return fmt.Sprintf("HTTP %d %s", r.status, http.StatusText(r.status))
+	case errors.Is(r.err, context.DeadlineExceeded):
+		return "timeout: no answer within webhooks.timeout"
+	case errors.Is(r.err, ssrf.ErrPrivate):
+		return "refused: the endpoint resolves to a private address"
+	case r.err != nil:
+		return r.err.Error()
+	}
+	return ""
+}
+
+// attempt sends attempt n of the delivery a, in a span linked to the
+// request that caused the event.
+func (r *Runner) attempt(ctx context.Context, a store.DeliveryAttempt, n int) result {
+	opts := []trace.SpanStartOption{
+		trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(
+			attribute.String("webhook.event_id", a.Event.ID),
+			attribute.String("webhook.event_type", a.Event.Type),
+			attribute.String("webhook.endpoint_id", a.Endpoint.ID),
+			attribute.Int("webhook.attempt", n),
+		),
+	}
+	if a.Event.Traceparent != "" {
+		cause := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": a.Event.Traceparent})
+		if sc := trace.SpanContextFromContext(cause); sc.IsValid() {
+			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+		}
+	}
+	ctx, span := r.tracer.Start(ctx, "webhook.deliver", opts...)
+	defer span.End()
+
+	r.m.inflight.Inc()
+	res := r.send(ctx, a)
+	r.m.inflight.Dec()
+	r.m.attempts.WithLabelValues(res.result()).Inc()
+	r.m.attemptSeconds.Observe(res.duration.Seconds())
+	if res.status != 0 {
+		span.SetAttributes(attribute.Int("http.response.status_code", res.status))
+	}
+	if res.result() != "success" {
+		span.SetStatus(codes.Error, res.errText())
+	}
+	return res
+}
+
+// send POSTs the event to the endpoint, signed, within the timeout.
+func (r *Runner) send(ctx context.Context, a store.DeliveryAttempt) result {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, r.o.Timeout)
+	defer cancel()
+	ts := start.Unix()
+	sig, err := Sign(a.Endpoint.Secret, a.Event.ID, ts, a.Event.Body)
+	if err != nil {
+		return result{err: err}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.Endpoint.URL, bytes.NewReader(a.Event.Body))
+	if err != nil {
+		return result{err: err}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "sheba-webhooks/1")
+	req.Header.Set("webhook-id", a.Event.ID)
+	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts, 10))
+	req.Header.Set("webhook-signature", sig)
+	resp, err := r.http.Do(req)
+	if err != nil {
+		return result{err: err, duration: time.Since(start)}
+	}
+	// Read a little so a small answer lets the connection be reused; a big
+	// one is cut, and the connection with it.
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxAnswerBytes))
+	resp.Body.Close()
+	return result{
+		status:     resp.StatusCode,
+		retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), start),
+		duration:   time.Since(start),
+	}
+}
+
+// parseRetryAfter reads a Retry-After header, in seconds or as an HTTP
+// date; 0 if absent or unreadable.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil && secs > 0 {
+		return time.Duration(min(secs, int64(24*time.Hour/time.Second))) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}

@@ -4,7 +4,7 @@
 //
 // It sits after authentication and the rate limits (a call they reject
 // never takes a slot) and before the timeout and the handler. Rejected calls
-// carry retry-after metadata of 1 second.
+// carry a retry hint of 1 second (retryafter.Set).
 //
-// Codes: ResourceExhausted.
+// Codes: ResourceExhausted, reason OVERLOADED.
 package concurrency

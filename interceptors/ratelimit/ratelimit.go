@@ -7,8 +7,8 @@ import (
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
+	"github.com/shebasvc/sheba/interceptors/reason"
 	"github.com/shebasvc/sheba/interceptors/retryafter"
 )
 
@@ -21,6 +21,7 @@ type Limiter interface {
 type options struct {
 	onReject func(ctx context.Context)
 	message  string
+	reason   string
 }
 
 // Option configures the interceptor.
@@ -37,14 +38,20 @@ func WithMessage(msg string) Option {
 	return func(o *options) { o.message = msg }
 }
 
+// WithReason sets the ErrorInfo reason of a rejection (default
+// reason.RateLimited).
+func WithReason(r string) Option {
+	return func(o *options) { o.reason = r }
+}
+
 // UnaryServerInterceptor rejects the calls that l does not allow with
-// ResourceExhausted and retry-after metadata.
+// ResourceExhausted and a retry hint (retryafter.Set).
 func UnaryServerInterceptor(l Limiter, opts ...Option) grpc.UnaryServerInterceptor {
-	o := options{onReject: func(context.Context) {}, message: "rate limit exceeded"}
+	o := options{onReject: func(context.Context) {}, message: "rate limit exceeded", reason: reason.RateLimited}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	rejected := status.Error(codes.ResourceExhausted, o.message)
+	rejected := reason.Error(codes.ResourceExhausted, o.reason, o.message)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		ok, wait := l.Allow(ctx)
 		if !ok {

@@ -55,6 +55,7 @@ func TestEnvNames(t *testing.T) {
 		"SHEBA_LOG_LEVEL",
 		"SHEBA_LOG_FORMAT",
 		"SHEBA_IDEMPOTENCY_TTL",
+		"SHEBA_PAGING_SECRET",
 	}
 	var got []string
 	_, _ = Load("", func(name string) (string, bool) {
@@ -319,7 +320,7 @@ func TestLoadErrors(t *testing.T) {
 			name:    "unknown section",
 			file:    "htttp: { addr: \":80\" }\n",
 			wantKey: "htttp",
-			wantMsg: "htttp: unknown key (want one of http, grpc, database, limits, auth, compression, shutdown, log, idempotency)",
+			wantMsg: "htttp: unknown key (want one of http, grpc, database, limits, auth, compression, shutdown, log, idempotency, paging)",
 		},
 		{
 			name:    "unknown key",

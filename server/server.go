@@ -14,6 +14,10 @@ type Options struct {
 	// Log receives the one line of every unexpected error; the caller sees
 	// only "internal error". Nil discards it.
 	Log *slog.Logger
+	// PageTokenKey is the HMAC-SHA256 key of page tokens, at least 32
+	// bytes and the same on every replica; empty means a random key, so
+	// tokens work only on this process.
+	PageTokenKey []byte
 }
 
 // Services are the sheba.v1 services, ready to be registered on any
@@ -35,10 +39,14 @@ func New(st *store.Store, opts Options) (*Services, error) {
 	if err != nil {
 		return nil, err
 	}
+	tokens, err := newPageTokens(opts.PageTokenKey)
+	if err != nil {
+		return nil, err
+	}
 	errs := errorMapper{log: log}
 	return &Services{
 		account:      &accountServer{store: st, hasher: hasher, errs: errs},
-		subscription: &subscriptionServer{store: st, errs: errs},
+		subscription: &subscriptionServer{store: st, errs: errs, tokens: tokens},
 	}, nil
 }
 

@@ -113,6 +113,7 @@ func TestUsageErrors(t *testing.T) {
 		{"missing config file", nil, []string{"serve", "--config", dir + "/missing.yaml"}, "missing.yaml"},
 		{"bad value in file", map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/db"}, []string{"serve", "--config", badFile}, "limits.max_inflight"},
 		{"bad value in env", map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/db", "SHEBA_LIMITS_MAX_INFLIGHT": "lots"}, []string{"serve"}, "SHEBA_LIMITS_MAX_INFLIGHT"},
+		{"paging secret not hex", map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/db", "SHEBA_PAGING_SECRET": "not-hex"}, []string{"serve"}, "paging.secret (SHEBA_PAGING_SECRET)"},
 		{"no database", nil, []string{"migrate", "status"}, "database.url"},
 		{"bad migrate direction", nil, []string{"migrate", "sideways"}, "up, down or status"},
 		{"apikey without id", nil, []string{"apikey", "new"}, "--id"},

@@ -70,7 +70,10 @@ func newService(ctx context.Context, cfg config.Config, log *slog.Logger, d serv
 	if _, off := d.tracerProvider.(tracenoop.TracerProvider); off {
 		d.tracerProvider = nil
 	}
-	services, err := server.New(d.store, server.Options{Log: log})
+	if cfg.Paging.Secret == "" {
+		log.Warn("paging.secret is not set: page tokens are signed with a random key of this process, so they fail on other replicas and after a restart (docs/configuration.md#paging)")
+	}
+	services, err := server.New(d.store, server.Options{Log: log, PageTokenKey: cfg.Paging.Key()})
 	if err != nil {
 		return nil, err
 	}

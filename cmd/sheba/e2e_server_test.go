@@ -70,6 +70,9 @@ type testEnv struct {
 	sub      shebav1.SubscriptionServiceClient
 	health   healthpb.HealthClient
 	logs     *syncBuffer
+	// server is the service under test, for what only it can tell (the
+	// services registered on its grpc.Server).
+	server *service
 	// stop cancels the context of Serve, as SIGTERM does in cmd/sheba, and
 	// returns what Serve returned once it has. Later calls return the same.
 	stop func() error
@@ -190,6 +193,7 @@ func startTestEnv(t *testing.T, setup envSetup) *testEnv {
 		sub:      shebav1.NewSubscriptionServiceClient(conn),
 		health:   healthpb.NewHealthClient(conn),
 		logs:     logs,
+		server:   srv,
 		stop:     stop,
 	}
 }

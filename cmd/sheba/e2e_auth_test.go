@@ -25,7 +25,7 @@ import (
 // apiMethods returns every method of every service of the sheba.v1 protos,
 // as the generated descriptors know them: a method added to the protos is
 // here without a change to the tests.
-func apiMethods(t *testing.T) []protoreflect.MethodDescriptor {
+func apiMethods(t testing.TB) []protoreflect.MethodDescriptor {
 	t.Helper()
 	var methods []protoreflect.MethodDescriptor
 	protoregistry.GlobalFiles.RangeFilesByPackage("sheba.v1", func(f protoreflect.FileDescriptor) bool {
@@ -54,7 +54,7 @@ type restRoute struct {
 
 // restRoutes returns every operation of the served OpenAPI document, with
 // its gRPC method (operationId is Service_Method).
-func restRoutes(t *testing.T, methods []protoreflect.MethodDescriptor) []restRoute {
+func restRoutes(t testing.TB, methods []protoreflect.MethodDescriptor) []restRoute {
 	t.Helper()
 	byOperation := map[string]string{}
 	for _, m := range methods {

@@ -78,14 +78,14 @@ type testEnv struct {
 	stop func() error
 }
 
-func newTestEnv(t *testing.T, mutate ...func(*config.Config)) *testEnv {
+func newTestEnv(t testing.TB, mutate ...func(*config.Config)) *testEnv {
 	t.Helper()
 	return newTestEnvWith(t, nil, nil, mutate...)
 }
 
 // newTestEnvWith is newTestEnv with server options, and spans of the calls
 // and their queries going to tp (if not nil).
-func newTestEnvWith(t *testing.T, tp trace.TracerProvider, opts []envOption, mutate ...func(*config.Config)) *testEnv {
+func newTestEnvWith(t testing.TB, tp trace.TracerProvider, opts []envOption, mutate ...func(*config.Config)) *testEnv {
 	t.Helper()
 	return startTestEnv(t, envSetup{tp: tp, opts: opts, mutate: mutate})
 }
@@ -116,7 +116,7 @@ func withHandlerHook(hook func(ctx context.Context, method string) error) envOpt
 
 // startTestEnv starts a server over a fresh database as setup says. It is
 // stopped, and Serve must have returned nil, when the test ends.
-func startTestEnv(t *testing.T, setup envSetup) *testEnv {
+func startTestEnv(t testing.TB, setup envSetup) *testEnv {
 	t.Helper()
 	url := storetest.NewDatabase(t)
 	if setup.poolURL != nil {
@@ -198,7 +198,7 @@ func startTestEnv(t *testing.T, setup envSetup) *testEnv {
 	}
 }
 
-func listen(t *testing.T) net.Listener {
+func listen(t testing.TB) net.Listener {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

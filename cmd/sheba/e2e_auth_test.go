@@ -137,6 +137,7 @@ func TestAuthCoverage(t *testing.T) {
 		{"no key", nil, []string{"X-Api-Key", ""}, reason.APIKeyMissing},
 		{"wrong key", []string{"x-api-key", "wrong-key"}, []string{"X-Api-Key", "wrong-key"}, reason.APIKeyInvalid},
 		{"wrong bearer", []string{"authorization", "Bearer wrong-key"}, []string{"X-Api-Key", "", "Authorization", "Bearer wrong-key"}, reason.APIKeyInvalid},
+		{"not bearer", []string{"authorization", "Basic abc"}, []string{"X-Api-Key", "", "Authorization", "Basic abc"}, reason.APIKeyInvalid},
 	}
 	covered := 0
 	for _, m := range methods {

@@ -131,6 +131,19 @@ func actionHook(hold <-chan struct{}, held *sync.WaitGroup) envOption {
 	})
 }
 
+// errorCase is one error of TestErrorDetails, on both transports.
+type errorCase struct {
+	name     string
+	grpc     func(ctx context.Context, opt grpc.CallOption) error
+	method   string
+	path     string
+	body     string
+	header   []string // name, value pairs; "" removes
+	code     codes.Code
+	httpCode int
+	reason   string
+}
+
 // TestErrorDetails checks the ErrorInfo (and RetryInfo) of every error the
 // chain and the handlers decide, on both transports.
 func TestErrorDetails(t *testing.T) {
@@ -149,46 +162,19 @@ func TestErrorDetails(t *testing.T) {
 	withMD := func(kv ...string) context.Context {
 		return metadata.AppendToOutgoingContext(t.Context(), append([]string{"x-api-key", testKey}, kv...)...)
 	}
-	for _, test := range []struct {
-		name     string
-		grpc     func(ctx context.Context, opt grpc.CallOption) error
-		method   string
-		path     string
-		body     string
-		header   []string // name, value pairs; "" removes
-		code     codes.Code
-		httpCode int
-		reason   string
-	}{
-		{
-			name: "no key",
+	// pingAction is the case of a Ping whose hook does action.
+	pingAction := func(name, action string, code codes.Code, httpCode int, why string) errorCase {
+		return errorCase{
+			name: name,
 			grpc: func(_ context.Context, opt grpc.CallOption) error {
-				_, err := account.GetAccount(t.Context(), &shebav1.GetAccountRequest{AccountId: id}, opt)
+				_, err := ping.Ping(withMD("x-request-id", "action-"+action), &shebav1.PingRequest{}, opt)
 				return err
 			},
-			method: http.MethodGet, path: "/v1/accounts/" + id, header: []string{"X-Api-Key", ""},
-			code: codes.Unauthenticated, httpCode: 401, reason: reason.APIKeyMissing,
-		},
-		{
-			name: "unknown key",
-			grpc: func(_ context.Context, opt grpc.CallOption) error {
-				ctx := metadata.AppendToOutgoingContext(t.Context(), "x-api-key", "wrong")
-				_, err := account.GetAccount(ctx, &shebav1.GetAccountRequest{AccountId: id}, opt)
-				return err
-			},
-			method: http.MethodGet, path: "/v1/accounts/" + id, header: []string{"X-Api-Key", "wrong"},
-			code: codes.Unauthenticated, httpCode: 401, reason: reason.APIKeyInvalid,
-		},
-		{
-			name: "malformed authorization",
-			grpc: func(_ context.Context, opt grpc.CallOption) error {
-				ctx := metadata.AppendToOutgoingContext(t.Context(), "authorization", "Basic abc")
-				_, err := account.GetAccount(ctx, &shebav1.GetAccountRequest{AccountId: id}, opt)
-				return err
-			},
-			method: http.MethodGet, path: "/v1/accounts/" + id, header: []string{"X-Api-Key", "", "Authorization", "Basic abc"},
-			code: codes.Unauthenticated, httpCode: 401, reason: reason.APIKeyInvalid,
-		},
+			method: http.MethodGet, path: "/v1/ping", header: []string{"X-Request-Id", "action-" + action},
+			code: code, httpCode: httpCode, reason: why,
+		}
+	}
+	for _, test := range []errorCase{
 		{
 			name: "invalid argument",
 			grpc: func(ctx context.Context, opt grpc.CallOption) error {
@@ -234,44 +220,12 @@ func TestErrorDetails(t *testing.T) {
 			method: http.MethodGet, path: "/v1/accounts/" + id, header: []string{"X-Request-Id", "action-panic"},
 			code: codes.Internal, httpCode: 500, reason: reason.Internal,
 		},
-		{
-			// The answer was ready, but after the deadline: 504.
-			name: "late success",
-			grpc: func(_ context.Context, opt grpc.CallOption) error {
-				_, err := ping.Ping(withMD("x-request-id", "action-late"), &shebav1.PingRequest{}, opt)
-				return err
-			},
-			method: http.MethodGet, path: "/v1/ping", header: []string{"X-Request-Id", "action-late"},
-			code: codes.DeadlineExceeded, httpCode: 504, reason: reason.DeadlineExceeded,
-		},
-		{
-			// Defaults from the code, RetryInfo and retry-after of 1 s.
-			name: "429 without reason",
-			grpc: func(_ context.Context, opt grpc.CallOption) error {
-				_, err := ping.Ping(withMD("x-request-id", "action-exhausted"), &shebav1.PingRequest{}, opt)
-				return err
-			},
-			method: http.MethodGet, path: "/v1/ping", header: []string{"X-Request-Id", "action-exhausted"},
-			code: codes.ResourceExhausted, httpCode: 429, reason: "RESOURCE_EXHAUSTED",
-		},
-		{
-			name: "503 with a message that is not UTF-8",
-			grpc: func(_ context.Context, opt grpc.CallOption) error {
-				_, err := ping.Ping(withMD("x-request-id", "action-unavailable"), &shebav1.PingRequest{}, opt)
-				return err
-			},
-			method: http.MethodGet, path: "/v1/ping", header: []string{"X-Request-Id", "action-unavailable"},
-			code: codes.Unavailable, httpCode: 503, reason: "UNAVAILABLE",
-		},
-		{
-			name: "429 with a hint of 2.5 s",
-			grpc: func(_ context.Context, opt grpc.CallOption) error {
-				_, err := ping.Ping(withMD("x-request-id", "action-retry"), &shebav1.PingRequest{}, opt)
-				return err
-			},
-			method: http.MethodGet, path: "/v1/ping", header: []string{"X-Request-Id", "action-retry"},
-			code: codes.ResourceExhausted, httpCode: 429, reason: "RESOURCE_EXHAUSTED",
-		},
+		// The answer was ready, but after the deadline: 504.
+		pingAction("late success", "late", codes.DeadlineExceeded, 504, reason.DeadlineExceeded),
+		// Defaults from the code, RetryInfo and retry-after of 1 s.
+		pingAction("429 without reason", "exhausted", codes.ResourceExhausted, 429, "RESOURCE_EXHAUSTED"),
+		pingAction("503 with a message that is not UTF-8", "unavailable", codes.Unavailable, 503, "UNAVAILABLE"),
+		pingAction("429 with a hint of 2.5 s", "retry", codes.ResourceExhausted, 429, "RESOURCE_EXHAUSTED"),
 	} {
 		t.Run(test.name, func(t *testing.T) {
 			var header metadata.MD

@@ -9,7 +9,10 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
+	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/store"
 )
 
@@ -34,14 +37,16 @@ func TestPageTokens(t *testing.T) {
 	raw, _ := base64.RawURLEncoding.DecodeString(good)
 	// signed makes a token of body under key, as a server would: only a
 	// holder of the key can make one that passes the check.
-	signed := func(body []byte) string {
+	signedFor := func(body []byte, binding string) string {
 		return base64.RawURLEncoding.EncodeToString(append(body[:pageTokenBodyLen:pageTokenBodyLen], tokens.tag(body, binding)...))
 	}
-	withTime := func(micros uint64) string {
+	signed := func(body []byte) string { return signedFor(body, binding) }
+	atTime := func(micros uint64) []byte {
 		body := append([]byte(nil), raw[:pageTokenBodyLen]...)
 		binary.BigEndian.PutUint64(body[1:9], micros)
-		return signed(body)
+		return body
 	}
+	withTime := func(micros uint64) string { return signed(atTime(micros)) }
 	flipped := func(i int) string {
 		b := append([]byte(nil), raw...)
 		b[i] ^= 1
@@ -81,6 +86,16 @@ func TestPageTokens(t *testing.T) {
 	// The far positions above are refused for their time, not their tag.
 	if _, err := tokens.Decode(withTime(uint64(at.CreateTime.UnixMicro())), binding); err != nil {
 		t.Errorf("a signed token of a real time: %v", err)
+	}
+
+	// Through the handler, such a token is a 400 on page_token, before
+	// anything is looked up (the server has no store here).
+	s := &subscriptionServer{tokens: tokens}
+	far := signedFor(atTime(1<<63), listSubscriptionsBinding(""))
+	_, err = s.ListSubscriptions(t.Context(), &shebav1.ListSubscriptionsRequest{PageToken: far})
+	st := status.Convert(err)
+	if st.Code() != codes.InvalidArgument || !strings.HasPrefix(st.Message(), "invalid page_token:") {
+		t.Errorf("ListSubscriptions with a signed token of 2^63 µs: got %v, want InvalidArgument on page_token", err)
 	}
 
 	if _, err := newPageTokens(key[:31]); err == nil {

@@ -149,8 +149,8 @@ type errorCase struct {
 func TestErrorDetails(t *testing.T) {
 	t.Parallel()
 	e := newTestEnvWith(t, nil, []envOption{actionHook(nil, nil)}, func(c *config.Config) {
-		// Short, for the late answers; long enough for a password hash.
-		c.Limits.Timeout = time.Second
+		// Short, for the late answers.
+		c.Limits.Timeout = 2 * time.Second
 	})
 	id := e.insertAccount(t, "errors")
 	if _, err := e.sub.CreateSubscription(t.Context(), &shebav1.CreateSubscriptionRequest{AccountId: id, Plan: "pro"}); err != nil {
@@ -203,15 +203,6 @@ func TestErrorDetails(t *testing.T) {
 			code: codes.AlreadyExists, httpCode: 409, reason: reason.AlreadyExists,
 		},
 		{
-			name: "login failed",
-			grpc: func(ctx context.Context, opt grpc.CallOption) error {
-				_, err := account.Login(ctx, &shebav1.LoginRequest{Username: "nobody", Password: "password1"}, opt)
-				return err
-			},
-			method: http.MethodPost, path: "/v1/accounts:login", body: `{"username":"nobody","password":"password1"}`,
-			code: codes.Unauthenticated, httpCode: 401, reason: reason.LoginFailed,
-		},
-		{
 			name: "panic",
 			grpc: func(_ context.Context, opt grpc.CallOption) error {
 				_, err := account.GetAccount(withMD("x-request-id", "action-panic"), &shebav1.GetAccountRequest{AccountId: id}, opt)
@@ -245,12 +236,23 @@ func TestErrorDetails(t *testing.T) {
 	}
 }
 
-// TestLateLoginIs504 is the case of the issue: REST Login under a 1 ms
-// deadline answered 200 after it.
-func TestLateLoginIs504(t *testing.T) {
+// TestLoginErrors checks the reason of a failed Login on both transports
+// (under the default limits.timeout: a password hash can be slow under
+// -race), and the case of the issue: REST Login under a 1 ms deadline
+// answered 200 after it.
+func TestLoginErrors(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t)
 	e.newAccount(t, "late")
+	for _, password := range []string{"wrong-password", "password1"} {
+		user := map[string]string{"wrong-password": "late", "password1": "nobody"}[password]
+		var header metadata.MD
+		_, err := e.account.Login(t.Context(), &shebav1.LoginRequest{Username: user, Password: password}, grpc.Header(&header))
+		wantGRPCDetails(t, "gRPC Login "+user, err, header, codes.Unauthenticated, reason.LoginFailed)
+		r := e.do(t, http.MethodPost, "/v1/accounts:login", `{"username":"`+user+`","password":"`+password+`"}`)
+		wantRESTDetails(t, "REST Login "+user, r, http.StatusUnauthorized, reason.LoginFailed)
+	}
+
 	r := e.do(t, http.MethodPost, "/v1/accounts:login", `{"username":"late","password":"password1"}`, "Grpc-Timeout", "1m")
 	wantRESTDetails(t, "REST Login under 1 ms", r, http.StatusGatewayTimeout, reason.DeadlineExceeded)
 	// Without the deadline it succeeds.

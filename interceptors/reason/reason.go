@@ -32,6 +32,10 @@ const (
 	DatabaseUnavailable = "DATABASE_UNAVAILABLE" // UNAVAILABLE: the database is down or unreachable
 	DeadlineExceeded    = "DEADLINE_EXCEEDED"    // DEADLINE_EXCEEDED: the call's deadline passed
 
+	// Idempotency keys (interceptors/idempotency).
+	IdempotencyKeyReused = "IDEMPOTENCY_KEY_REUSED" // INVALID_ARGUMENT (422 on REST): the key came with another request
+	IdempotencyKeyInUse  = "IDEMPOTENCY_KEY_IN_USE" // ABORTED (409): the first request with the key still runs; with RetryInfo
+
 	// The handlers (server/).
 	InvalidArgument = "INVALID_ARGUMENT" // INVALID_ARGUMENT: input breaks a rule; see the BadRequest detail
 	NotFound        = "NOT_FOUND"        // NOT_FOUND: no such resource

@@ -75,7 +75,7 @@ func TestReasonsAreUpperSnake(t *testing.T) {
 		reason.APIKeyMissing, reason.APIKeyInvalid, reason.LoginFailed, reason.RateLimited, reason.KeyRateLimited,
 		reason.Overloaded, reason.DatabaseUnavailable, reason.DeadlineExceeded, reason.InvalidArgument, reason.NotFound,
 		reason.AlreadyExists, reason.Internal, reason.RouteNotFound, reason.MethodNotAllowed, reason.UnsupportedMediaType,
-		reason.UnsupportedContentEncoding, reason.BodyTooLarge, reason.MalformedBody,
+		reason.UnsupportedContentEncoding, reason.BodyTooLarge, reason.MalformedBody, reason.IdempotencyKeyReused, reason.IdempotencyKeyInUse,
 	} {
 		for i, c := range r {
 			if !(c >= 'A' && c <= 'Z' || c == '_' && i > 0 && i < len(r)-1 || c >= '0' && c <= '9' && i > 0) {

@@ -12,7 +12,7 @@ BIN := bin/sheba
 PKGS := ./...
 TESTFLAGS ?= -shuffle=on -count=1
 
-.PHONY: all build run test test-race generate generate-check lint bench bench-limits clean dev-db-stop
+.PHONY: all build run test test-race fuzz generate generate-check lint bench bench-limits clean dev-db-stop
 
 all: build
 
@@ -37,6 +37,12 @@ test:
 
 test-race:
 	bash scripts/pg.sh test -- $(GO) test -race $(TESTFLAGS) $(PKGS)
+
+# Every fuzz target for FUZZTIME each (default 30s), on the throwaway Postgres
+# (scripts/fuzz.sh). make test already runs their seed corpora.
+FUZZTIME ?= 30s
+fuzz:
+	bash scripts/pg.sh test -- bash scripts/fuzz.sh $(FUZZTIME)
 
 # Regenerate gen/ from proto/. The last step writes the file that embeds the
 # OpenAPI document, so the binary can serve it.

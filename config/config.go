@@ -18,6 +18,7 @@ type Config struct {
 	Shutdown    Shutdown    `yaml:"shutdown"`
 	Log         Log         `yaml:"log"`
 	Idempotency Idempotency `yaml:"idempotency"`
+	Paging      Paging      `yaml:"paging"`
 	Webhooks    Webhooks    `yaml:"webhooks"`
 	Redis       Redis       `yaml:"redis"`
 }
@@ -127,6 +128,14 @@ type Idempotency struct {
 	// TTL is how long the outcome of a request sent with a key is kept; a
 	// retry after it runs anew.
 	TTL time.Duration `yaml:"ttl"`
+}
+
+// Paging configures the page tokens of the list methods.
+type Paging struct {
+	// Secret is the HMAC-SHA256 key of page tokens: 64 hex digits, the
+	// same on every replica. Empty means a random key per process. It is
+	// a secret, so it is never printed.
+	Secret string `yaml:"secret"`
 }
 
 // Webhooks configures the delivery of webhook events (docs/webhooks.md).

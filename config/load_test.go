@@ -57,6 +57,7 @@ func TestEnvNames(t *testing.T) {
 		"SHEBA_LOG_LEVEL",
 		"SHEBA_LOG_FORMAT",
 		"SHEBA_IDEMPOTENCY_TTL",
+		"SHEBA_PAGING_SECRET",
 		"SHEBA_WEBHOOKS_TIMEOUT",
 		"SHEBA_WEBHOOKS_MAX_ATTEMPTS",
 		"SHEBA_WEBHOOKS_BACKOFF_BASE",
@@ -340,7 +341,7 @@ func TestLoadErrors(t *testing.T) {
 			name:    "unknown section",
 			file:    "htttp: { addr: \":80\" }\n",
 			wantKey: "htttp",
-			wantMsg: "htttp: unknown key (want one of http, grpc, database, limits, auth, compression, shutdown, log, idempotency, webhooks, redis)",
+			wantMsg: "htttp: unknown key (want one of http, grpc, database, limits, auth, compression, shutdown, log, idempotency, paging, webhooks, redis)",
 		},
 		{
 			name:    "unknown key",

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/hex"
 	"fmt"
 	"math"
 	"net"
@@ -15,9 +16,9 @@ import (
 
 // Validate reports the first problem with c, checking keys in the order of
 // the YAML (http, grpc, database, limits, auth, compression, shutdown, log,
-// idempotency, webhooks, redis), so the same config always yields the same
-// error. The error is an *Error whose Env is empty; Load fills it in when the
-// value came from the environment. Validate parses database.url and
+// idempotency, paging, webhooks, redis), so the same config always yields the
+// same error. The error is an *Error whose Env is empty; Load fills it in when
+// the value came from the environment. Validate parses database.url and
 // redis.url but connects nowhere.
 func (c Config) Validate() error {
 	if e := c.check(); e != nil {
@@ -59,6 +60,7 @@ func (c Config) check() *Error {
 		func() *Error { return oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error") },
 		func() *Error { return oneOf("log.format", c.Log.Format, "json", "text") },
 		func() *Error { return checkIdempotencyTTL(c.Idempotency.TTL) },
+		func() *Error { return checkPagingSecret(c.Paging.Secret) },
 		func() *Error { return positive("webhooks.timeout", c.Webhooks.Timeout) },
 		func() *Error { return atLeast("webhooks.max_attempts", c.Webhooks.MaxAttempts, 1) },
 		func() *Error { return positive("webhooks.backoff.base", c.Webhooks.Backoff.Base) },
@@ -81,6 +83,28 @@ func (c Config) check() *Error {
 		}
 	}
 	return nil
+}
+
+// checkPagingSecret checks paging.secret: empty, or 32 bytes in hex. The
+// message never repeats the value, which is a secret.
+func checkPagingSecret(s string) *Error {
+	if s == "" {
+		return nil
+	}
+	if b, err := hex.DecodeString(s); err != nil || len(b) != 32 {
+		return bad("paging.secret", "must be exactly 64 hex digits (32 random bytes, e.g. from `openssl rand -hex 32`), got %d characters", len(s))
+	}
+	return nil
+}
+
+// Key returns the bytes of paging.secret, nil when it is empty. Call it on
+// a validated Config.
+func (p Paging) Key() []byte {
+	b, _ := hex.DecodeString(p.Secret)
+	if len(b) == 0 {
+		return nil
+	}
+	return b
 }
 
 // bad returns an *Error for key.

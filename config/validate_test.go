@@ -292,6 +292,22 @@ func TestValidate(t *testing.T) {
 			change: func(c *Config) { c.Idempotency.TTL = time.Second },
 		},
 		{
+			name:   "paging.secret set",
+			change: func(c *Config) { c.Paging.Secret = strings.Repeat("0f", 32) },
+		},
+		{
+			name:    "paging.secret not hex",
+			change:  func(c *Config) { c.Paging.Secret = "hunter2" + strings.Repeat("z", 57) },
+			wantKey: "paging.secret",
+			wantMsg: "paging.secret: must be exactly 64 hex digits (32 random bytes, e.g. from `openssl rand -hex 32`), got 64 characters",
+		},
+		{
+			name:    "paging.secret too short",
+			change:  func(c *Config) { c.Paging.Secret = "hunter2" + hash('A')[:20] },
+			wantKey: "paging.secret",
+			wantMsg: "paging.secret: must be exactly 64 hex digits",
+		},
+		{
 			name:    "webhooks.timeout",
 			change:  func(c *Config) { c.Webhooks.Timeout = 0 },
 			wantKey: "webhooks.timeout",

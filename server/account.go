@@ -5,15 +5,15 @@ import (
 	"errors"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
+	"github.com/shebasvc/sheba/interceptors/reason"
 	"github.com/shebasvc/sheba/store"
 )
 
 // errLoginFailed is the one answer to every failed login, so that a caller
 // cannot tell an unknown username from a wrong password.
-var errLoginFailed = status.Error(codes.Unauthenticated, "invalid username or password")
+var errLoginFailed = reason.Error(codes.Unauthenticated, reason.LoginFailed, "invalid username or password")
 
 // accountServer implements shebav1.AccountServiceServer.
 type accountServer struct {
@@ -46,7 +46,7 @@ func (s *accountServer) CreateAccount(ctx context.Context, req *shebav1.CreateAc
 		return s.events.Publish(ctx, EventAccountCreated, account)
 	})
 	if err != nil {
-		return nil, s.errs.toStatus(ctx, "create account", err, errMsgs{conflict: "username already taken"})
+		return nil, s.errs.toStatus(ctx, "create account", err, errMsgs{conflict: errUsernameTaken})
 	}
 	return &shebav1.CreateAccountResponse{Account: account}, nil
 }
@@ -87,7 +87,7 @@ func (s *accountServer) GetAccount(ctx context.Context, req *shebav1.GetAccountR
 	}
 	a, err := s.store.GetAccount(ctx, id)
 	if err != nil {
-		return nil, s.errs.toStatus(ctx, "get account", err, errMsgs{notFound: "account not found"})
+		return nil, s.errs.toStatus(ctx, "get account", err, errMsgs{notFound: errAccountNotFound})
 	}
 	return &shebav1.GetAccountResponse{Account: accountToProto(a)}, nil
 }

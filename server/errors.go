@@ -6,25 +6,37 @@ import (
 	"log/slog"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
+	"github.com/shebasvc/sheba/interceptors/reason"
 	"github.com/shebasvc/sheba/store"
 )
 
-// errMsgs holds the messages a handler gives the store's sentinel errors, so
+// The answers of the handlers whose message is fixed, built once with their
+// ErrorInfo (docs/api.md#reasons).
+var (
+	errAccountNotFound    = reason.Error(codes.NotFound, reason.NotFound, "account not found")
+	errNoSubscription     = reason.Error(codes.NotFound, reason.NotFound, "no active subscription")
+	errUsernameTaken      = reason.Error(codes.AlreadyExists, reason.AlreadyExists, "username already taken")
+	errSubscriptionActive = reason.Error(codes.AlreadyExists, reason.AlreadyExists, "account already has an active subscription")
+	errDeadline           = reason.Error(codes.DeadlineExceeded, reason.DeadlineExceeded, "deadline exceeded")
+	errCanceled           = reason.Error(codes.Canceled, reason.ForCode(codes.Canceled), "request canceled")
+	errDatabaseDown       = reason.Error(codes.Unavailable, reason.DatabaseUnavailable, "database unavailable")
+	errInternal           = reason.Error(codes.Internal, reason.Internal, "internal error")
+)
+
+// errMsgs holds the answers a handler gives the store's sentinel errors, so
 // that a 404 says what was not found.
 type errMsgs struct {
-	notFound string // for store.ErrNotFound
-	conflict string // for store.ErrConflict
+	notFound error // for store.ErrNotFound
+	conflict error // for store.ErrConflict
 }
 
-// errorRule is one row of the table from store errors to status codes.
+// errorRule is one row of the table from store errors to status errors.
 type errorRule struct {
-	err  error      // matched with errors.Is
-	code codes.Code // the answer's code
-	// msg returns the answer's message; "" means the handler did not
+	err error // matched with errors.Is
+	// answer returns the status error; nil means the handler did not
 	// expect this error, which then falls through to the next rows.
-	msg func(errMsgs) string
+	answer func(errMsgs) error
 	// warn logs the error: the client gets no detail, the operator does.
 	warn bool
 }
@@ -33,17 +45,17 @@ type errorRule struct {
 // docs/api.md#errors, first match wins. Anything it does not match is
 // Internal.
 var errorTable = []errorRule{
-	{err: store.ErrNotFound, code: codes.NotFound, msg: func(m errMsgs) string { return m.notFound }},
-	{err: store.ErrConflict, code: codes.AlreadyExists, msg: func(m errMsgs) string { return m.conflict }},
-	{err: context.DeadlineExceeded, code: codes.DeadlineExceeded, msg: fixed("deadline exceeded")},
-	{err: context.Canceled, code: codes.Canceled, msg: fixed("request canceled")},
+	{err: store.ErrNotFound, answer: func(m errMsgs) error { return m.notFound }},
+	{err: store.ErrConflict, answer: func(m errMsgs) error { return m.conflict }},
+	{err: context.DeadlineExceeded, answer: fixed(errDeadline)},
+	{err: context.Canceled, answer: fixed(errCanceled)},
 	// Say what is wrong without the driver's text: the client should retry
 	// later, not report a bug.
-	{err: store.ErrUnavailable, code: codes.Unavailable, msg: fixed("database unavailable"), warn: true},
+	{err: store.ErrUnavailable, answer: fixed(errDatabaseDown), warn: true},
 }
 
-func fixed(msg string) func(errMsgs) string {
-	return func(errMsgs) string { return msg }
+func fixed(err error) func(errMsgs) error {
+	return func(errMsgs) error { return err }
 }
 
 // errorMapper turns store errors into status errors. It is the one place that
@@ -59,15 +71,15 @@ func (m errorMapper) toStatus(ctx context.Context, op string, err error, msgs er
 		if !errors.Is(err, r.err) {
 			continue
 		}
-		msg := r.msg(msgs)
-		if msg == "" {
+		answer := r.answer(msgs)
+		if answer == nil {
 			continue
 		}
 		if r.warn {
-			m.log.WarnContext(ctx, msg, "op", op, "error", err)
+			m.log.WarnContext(ctx, "database unavailable", "op", op, "error", err)
 		}
-		return status.Error(r.code, msg)
+		return answer
 	}
 	m.log.ErrorContext(ctx, "internal error", "op", op, "error", err)
-	return status.Error(codes.Internal, "internal error")
+	return errInternal
 }

@@ -1,11 +1,13 @@
 package server
 
 import (
-	"bytes"
+	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -13,25 +15,61 @@ import (
 	"github.com/shebasvc/sheba/store"
 )
 
-// A page token is the keyset position of the last row of a page, bound to the
-// plan filter it was issued for:
+// A page token is the keyset position of the last row of a page, bound to
+// the listing and filter it was issued for (docs/api.md#paging):
 //
-//	version (1 byte) | create_time, Unix µs (8) | id (16) | check (8)
+//	version (1 byte) | create_time, Unix µs (8) | id (16) | tag (16)
 //
-// base64url-encoded without padding. check is the start of a SHA-256 over a
-// fixed label, the position and the plan, so an altered or made-up token, or
-// one reused with another filter, is rejected as invalid. The token is not a
-// secret and needs no key: whoever forges a valid one only chooses where the
-// listing starts, which page_size and the filter already allow.
+// base64url-encoded without padding. tag is the first 16 bytes of an
+// HMAC-SHA256, under the server's paging key, over the bytes before it and
+// the binding (the listing's name and its filter), so only a server holding
+// the key can make a token, and a token altered, made up, or reused with
+// another listing or filter is refused. The position is readable by whoever
+// holds a token: it is the time and id of a row the client was shown.
+//
+// One pageTokens serves every keyset-paged list; each passes its own
+// binding.
 const (
-	pageTokenVersion = 1
-	pageTokenLen     = 1 + 8 + 16 + 8
-	pageTokenLabel   = "sheba.v1.ListSubscriptions page token"
+	pageTokenVersion = 2
+	pageTokenTagLen  = 16
+	pageTokenBodyLen = 1 + 8 + 16
+	pageTokenLen     = pageTokenBodyLen + pageTokenTagLen
+
+	// minPageKeyLen is the shortest paging key: 256 bits, the size of the
+	// hash, as RFC 2104 advises.
+	minPageKeyLen = 32
+)
+
+// The times a position may hold: those of a google.protobuf.Timestamp,
+// which every row's time is. A position outside them was never issued.
+var (
+	minPageTime = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
+	maxPageTime = time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC).UnixMicro()
 )
 
 var errBadPageToken = errors.New("invalid page token: pass the next_page_token of the previous page with the same filter")
 
-func encodePageToken(c store.Cursor, plan string) string {
+// pageTokens encodes and checks page tokens under one key. It is safe for
+// concurrent use.
+type pageTokens struct {
+	key []byte
+}
+
+// newPageTokens returns the codec of key; an empty key is replaced by a
+// random one, good for this process only.
+func newPageTokens(key []byte) (pageTokens, error) {
+	if len(key) == 0 {
+		key = make([]byte, minPageKeyLen)
+		rand.Read(key)
+	}
+	if len(key) < minPageKeyLen {
+		return pageTokens{}, fmt.Errorf("page token key: want at least %d bytes, got %d", minPageKeyLen, len(key))
+	}
+	return pageTokens{key: append([]byte(nil), key...)}, nil
+}
+
+// Encode returns the token of position c in the listing that binding names.
+func (p pageTokens) Encode(c store.Cursor, binding string) string {
 	id, err := uuid.Parse(c.ID)
 	if err != nil {
 		// IDs come from the database, which only holds UUIDs.
@@ -41,34 +79,38 @@ func encodePageToken(c store.Cursor, plan string) string {
 	b[0] = pageTokenVersion
 	binary.BigEndian.PutUint64(b[1:9], uint64(c.CreateTime.UnixMicro()))
 	copy(b[9:25], id[:])
-	check := pageTokenCheck(b[:25], plan)
-	copy(b[25:], check[:8])
+	copy(b[pageTokenBodyLen:], p.tag(b[:pageTokenBodyLen], binding))
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
-func decodePageToken(token, plan string) (*store.Cursor, error) {
-	b, err := base64.RawURLEncoding.DecodeString(token)
-	if err != nil || len(b) != pageTokenLen || b[0] != pageTokenVersion {
+// Decode returns the position token holds, if this server issued it for
+// binding; every other token is errBadPageToken.
+func (p pageTokens) Decode(token, binding string) (*store.Cursor, error) {
+	if base64.RawURLEncoding.DecodedLen(len(token)) != pageTokenLen {
 		return nil, errBadPageToken
 	}
-	check := pageTokenCheck(b[:25], plan)
-	if !bytes.Equal(check[:8], b[25:]) {
+	var b [pageTokenLen]byte
+	n, err := base64.RawURLEncoding.Decode(b[:], []byte(token))
+	if err != nil || n != pageTokenLen || b[0] != pageTokenVersion {
+		return nil, errBadPageToken
+	}
+	if !hmac.Equal(p.tag(b[:pageTokenBodyLen], binding), b[pageTokenBodyLen:]) {
+		return nil, errBadPageToken
+	}
+	micros := int64(binary.BigEndian.Uint64(b[1:9]))
+	if micros < minPageTime || micros > maxPageTime {
 		return nil, errBadPageToken
 	}
 	id, err := uuid.FromBytes(b[9:25])
 	if err != nil {
 		return nil, errBadPageToken
 	}
-	micros := int64(binary.BigEndian.Uint64(b[1:9]))
 	return &store.Cursor{CreateTime: time.UnixMicro(micros).UTC(), ID: id.String()}, nil
 }
 
-func pageTokenCheck(position []byte, plan string) [sha256.Size]byte {
-	h := sha256.New()
-	h.Write([]byte(pageTokenLabel))
-	h.Write(position)
-	h.Write([]byte(plan))
-	var sum [sha256.Size]byte
-	h.Sum(sum[:0])
-	return sum
+func (p pageTokens) tag(body []byte, binding string) []byte {
+	m := hmac.New(sha256.New, p.key)
+	m.Write(body)
+	m.Write([]byte(binding))
+	return m.Sum(nil)[:pageTokenTagLen]
 }

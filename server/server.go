@@ -20,6 +20,10 @@ type Options struct {
 	// AllowPrivateWebhooks lets webhook endpoints point at loopback,
 	// private and link-local addresses (webhooks.allow_private_networks).
 	AllowPrivateWebhooks bool
+	// PageTokenKey is the HMAC-SHA256 key of page tokens, at least 32
+	// bytes and the same on every replica; empty means a random key, so
+	// tokens work only on this process.
+	PageTokenKey []byte
 }
 
 // Services are the sheba.v1 services, ready to be registered on any
@@ -42,6 +46,10 @@ func New(st *store.Store, opts Options) (*Services, error) {
 	if err != nil {
 		return nil, err
 	}
+	tokens, err := newPageTokens(opts.PageTokenKey)
+	if err != nil {
+		return nil, err
+	}
 	errs := errorMapper{log: log}
 	events := opts.Events
 	if events == nil {
@@ -49,8 +57,8 @@ func New(st *store.Store, opts Options) (*Services, error) {
 	}
 	return &Services{
 		account:      &accountServer{store: st, hasher: hasher, errs: errs, events: events},
-		subscription: &subscriptionServer{store: st, errs: errs, events: events},
-		webhook:      &webhookServer{store: st, errs: errs, allowPrivate: opts.AllowPrivateWebhooks},
+		subscription: &subscriptionServer{store: st, errs: errs, events: events, tokens: tokens},
+		webhook:      &webhookServer{store: st, errs: errs, allowPrivate: opts.AllowPrivateWebhooks, tokens: tokens},
 	}, nil
 }
 

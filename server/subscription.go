@@ -13,6 +13,13 @@ type subscriptionServer struct {
 	store  *store.Store
 	errs   errorMapper
 	events Publisher
+	tokens pageTokens
+}
+
+// listSubscriptionsBinding is what a ListSubscriptions page token is bound
+// to: the listing and its filter.
+func listSubscriptionsBinding(plan string) string {
+	return "sheba.v1.SubscriptionService/ListSubscriptions\x00plan=" + plan
 }
 
 // CreateSubscription starts a subscription. Codes: InvalidArgument, NotFound
@@ -29,8 +36,8 @@ func (s *subscriptionServer) CreateSubscription(ctx context.Context, req *shebav
 	})
 	if err != nil {
 		return nil, s.errs.toStatus(ctx, "create subscription", err, errMsgs{
-			notFound: "account not found",
-			conflict: "account already has an active subscription",
+			notFound: errAccountNotFound,
+			conflict: errSubscriptionActive,
 		})
 	}
 	return &shebav1.CreateSubscriptionResponse{Subscription: sub}, nil
@@ -61,7 +68,7 @@ func (s *subscriptionServer) GetSubscription(ctx context.Context, req *shebav1.G
 	}
 	sub, err := s.store.GetActiveSubscription(ctx, id)
 	if err != nil {
-		return nil, s.errs.toStatus(ctx, "get subscription", err, errMsgs{notFound: "no active subscription"})
+		return nil, s.errs.toStatus(ctx, "get subscription", err, errMsgs{notFound: errNoSubscription})
 	}
 	return &shebav1.GetSubscriptionResponse{Subscription: subscriptionToProto(sub)}, nil
 }
@@ -78,7 +85,7 @@ func (s *subscriptionServer) CancelSubscription(ctx context.Context, req *shebav
 		return s.store.CancelSubscription(ctx, id)
 	})
 	if err != nil {
-		return nil, s.errs.toStatus(ctx, "cancel subscription", err, errMsgs{notFound: "no active subscription"})
+		return nil, s.errs.toStatus(ctx, "cancel subscription", err, errMsgs{notFound: errNoSubscription})
 	}
 	return &shebav1.CancelSubscriptionResponse{Subscription: sub}, nil
 }
@@ -93,7 +100,7 @@ func (s *subscriptionServer) ListSubscriptions(ctx context.Context, req *shebav1
 	}
 	var after *store.Cursor
 	if req.GetPageToken() != "" {
-		c, err := decodePageToken(req.GetPageToken(), req.GetPlan())
+		c, err := s.tokens.Decode(req.GetPageToken(), listSubscriptionsBinding(req.GetPlan()))
 		if err != nil {
 			v.add("page_token", err.Error())
 		}
@@ -115,7 +122,7 @@ func (s *subscriptionServer) ListSubscriptions(ctx context.Context, req *shebav1
 	if len(subs) > size {
 		subs = subs[:size]
 		last := subs[size-1]
-		resp.NextPageToken = encodePageToken(store.Cursor{CreateTime: last.CreateTime, ID: last.ID}, req.GetPlan())
+		resp.NextPageToken = s.tokens.Encode(store.Cursor{CreateTime: last.CreateTime, ID: last.ID}, listSubscriptionsBinding(req.GetPlan()))
 	}
 	resp.Subscriptions = make([]*shebav1.Subscription, len(subs))
 	for i, sub := range subs {

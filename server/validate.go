@@ -7,7 +7,8 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+
+	"github.com/shebasvc/sheba/interceptors/reason"
 )
 
 // The input rules of docs/api.md.
@@ -27,23 +28,21 @@ const (
 // violations collects the field violations of one request.
 type violations []*errdetails.BadRequest_FieldViolation
 
+// add records a violation. A description that quotes the request is made
+// valid UTF-8, so the answer can always be marshaled.
 func (v *violations) add(field, description string) {
-	*v = append(*v, &errdetails.BadRequest_FieldViolation{Field: field, Description: description})
+	*v = append(*v, &errdetails.BadRequest_FieldViolation{Field: field, Description: reason.ValidUTF8(description)})
 }
 
 // err returns nil when there are no violations, else an InvalidArgument status
-// whose message names the first one and whose details list them all.
+// whose message names the first one and whose details are the ErrorInfo
+// (INVALID_ARGUMENT) and a BadRequest listing them all.
 func (v violations) err() error {
 	if len(v) == 0 {
 		return nil
 	}
-	st := status.New(codes.InvalidArgument, fmt.Sprintf("invalid %s: %s", v[0].Field, v[0].Description))
-	withDetails, err := st.WithDetails(&errdetails.BadRequest{FieldViolations: v})
-	if err != nil {
-		// Only a marshaling bug gets here; the message alone is still right.
-		return st.Err()
-	}
-	return withDetails.Err()
+	msg := fmt.Sprintf("invalid %s: %s", v[0].Field, v[0].Description)
+	return reason.Status(codes.InvalidArgument, reason.InvalidArgument, msg, &errdetails.BadRequest{FieldViolations: v}).Err()
 }
 
 func (v *violations) checkUsername(field, username string) {

@@ -15,6 +15,7 @@ import (
 
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/interceptors/callinfo"
+	"github.com/shebasvc/sheba/interceptors/reason"
 	"github.com/shebasvc/sheba/store"
 	"github.com/shebasvc/sheba/webhooks/ssrf"
 )
@@ -52,7 +53,10 @@ type webhookServer struct {
 	store        *store.Store
 	errs         errorMapper
 	allowPrivate bool
+	tokens       pageTokens
 }
+
+var errEndpointNotFound = reason.Error(codes.NotFound, reason.NotFound, "webhook endpoint not found")
 
 // errNoCaller answers a call that reached the service without an API key
 // (only possible if the operator made the methods public): endpoints belong
@@ -120,7 +124,7 @@ func (s *webhookServer) GetWebhookEndpoint(ctx context.Context, req *shebav1.Get
 	}
 	e, err := s.store.GetWebhookEndpoint(ctx, who, id)
 	if err != nil {
-		return nil, s.errs.toStatus(ctx, "get webhook endpoint", err, errMsgs{notFound: "webhook endpoint not found"})
+		return nil, s.errs.toStatus(ctx, "get webhook endpoint", err, errMsgs{notFound: errEndpointNotFound})
 	}
 	return &shebav1.GetWebhookEndpointResponse{WebhookEndpoint: endpointToProto(e)}, nil
 }
@@ -137,7 +141,7 @@ func (s *webhookServer) ListWebhookEndpoints(ctx context.Context, req *shebav1.L
 	binding := "webhookEndpoints/" + who
 	var v violations
 	size := v.checkPageSize("page_size", req.GetPageSize())
-	after := checkPageToken(&v, req.GetPageToken(), binding)
+	after := s.tokens.check(&v, req.GetPageToken(), binding)
 	if err := v.err(); err != nil {
 		return nil, err
 	}
@@ -146,7 +150,7 @@ func (s *webhookServer) ListWebhookEndpoints(ctx context.Context, req *shebav1.L
 		return nil, s.errs.toStatus(ctx, "list webhook endpoints", err, errMsgs{})
 	}
 	resp := &shebav1.ListWebhookEndpointsResponse{}
-	es, resp.NextPageToken = nextPage(es, size, binding, func(e store.WebhookEndpoint) store.Cursor {
+	es, resp.NextPageToken = nextPage(s.tokens, es, size, binding, func(e store.WebhookEndpoint) store.Cursor {
 		return store.Cursor{CreateTime: e.CreateTime, ID: e.ID}
 	})
 	resp.WebhookEndpoints = make([]*shebav1.WebhookEndpoint, len(es))
@@ -169,7 +173,7 @@ func (s *webhookServer) DeleteWebhookEndpoint(ctx context.Context, req *shebav1.
 		return nil, err
 	}
 	if err := s.store.DeleteWebhookEndpoint(ctx, who, id); err != nil {
-		return nil, s.errs.toStatus(ctx, "delete webhook endpoint", err, errMsgs{notFound: "webhook endpoint not found"})
+		return nil, s.errs.toStatus(ctx, "delete webhook endpoint", err, errMsgs{notFound: errEndpointNotFound})
 	}
 	return &shebav1.DeleteWebhookEndpointResponse{}, nil
 }
@@ -185,21 +189,21 @@ func (s *webhookServer) ListWebhookDeliveries(ctx context.Context, req *shebav1.
 	id := v.checkID("endpoint_id", req.GetEndpointId())
 	size := v.checkPageSize("page_size", req.GetPageSize())
 	binding := "webhookEndpoints/" + id + "/deliveries"
-	after := checkPageToken(&v, req.GetPageToken(), binding)
+	after := s.tokens.check(&v, req.GetPageToken(), binding)
 	if err := v.err(); err != nil {
 		return nil, err
 	}
 	// The ownership check and the page read need not be atomic: a delete in
 	// between leaves an empty page, as it would a moment later.
 	if _, err := s.store.GetWebhookEndpoint(ctx, who, id); err != nil {
-		return nil, s.errs.toStatus(ctx, "list webhook deliveries", err, errMsgs{notFound: "webhook endpoint not found"})
+		return nil, s.errs.toStatus(ctx, "list webhook deliveries", err, errMsgs{notFound: errEndpointNotFound})
 	}
 	ds, err := s.store.ListWebhookDeliveries(ctx, id, size+1, after)
 	if err != nil {
 		return nil, s.errs.toStatus(ctx, "list webhook deliveries", err, errMsgs{})
 	}
 	resp := &shebav1.ListWebhookDeliveriesResponse{}
-	ds, resp.NextPageToken = nextPage(ds, size, binding, func(d store.WebhookDelivery) store.Cursor {
+	ds, resp.NextPageToken = nextPage(s.tokens, ds, size, binding, func(d store.WebhookDelivery) store.Cursor {
 		return store.Cursor{CreateTime: d.CreateTime, ID: d.EventID}
 	})
 	resp.Deliveries = make([]*shebav1.WebhookDelivery, len(ds))
@@ -211,21 +215,20 @@ func (s *webhookServer) ListWebhookDeliveries(ctx context.Context, req *shebav1.
 
 // nextPage cuts rows, read with a limit of size+1, to the page and returns
 // the token of the next page: "" when the extra row was not there.
-func nextPage[T any](rows []T, size int, binding string, cursor func(T) store.Cursor) ([]T, string) {
+func nextPage[T any](tokens pageTokens, rows []T, size int, binding string, cursor func(T) store.Cursor) ([]T, string) {
 	if len(rows) <= size {
 		return rows, ""
 	}
 	rows = rows[:size]
-	return rows, encodePageToken(cursor(rows[size-1]), binding)
+	return rows, tokens.Encode(cursor(rows[size-1]), binding)
 }
 
-// checkPageToken decodes a page token issued for binding; "" is the first
-// page.
-func checkPageToken(v *violations, token, binding string) *store.Cursor {
+// check decodes a page token issued for binding; "" is the first page.
+func (p pageTokens) check(v *violations, token, binding string) *store.Cursor {
 	if token == "" {
 		return nil
 	}
-	c, err := decodePageToken(token, binding)
+	c, err := p.Decode(token, binding)
 	if err != nil {
 		v.add("page_token", err.Error())
 	}

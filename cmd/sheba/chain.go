@@ -17,16 +17,17 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/status"
 
 	"github.com/shebasvc/sheba/config"
 	"github.com/shebasvc/sheba/interceptors/apikey"
 	"github.com/shebasvc/sheba/interceptors/callinfo"
 	"github.com/shebasvc/sheba/interceptors/concurrency"
+	"github.com/shebasvc/sheba/interceptors/errordetails"
 	"github.com/shebasvc/sheba/interceptors/failfast"
 	"github.com/shebasvc/sheba/interceptors/idempotency"
 	"github.com/shebasvc/sheba/interceptors/metrics"
 	"github.com/shebasvc/sheba/interceptors/ratelimit"
+	"github.com/shebasvc/sheba/interceptors/reason"
 	"github.com/shebasvc/sheba/interceptors/requestlog"
 	"github.com/shebasvc/sheba/interceptors/timeout"
 	"github.com/shebasvc/sheba/server/gateway"
@@ -65,6 +66,9 @@ type chainDeps struct {
 // outermost first:
 //
 //   - request id + log: outermost, so the one log line sees the final code.
+//   - error details: every error below gets its ErrorInfo and, on 429 and
+//     503, its RetryInfo and retry-after (docs/api.md#errors); it must see
+//     recovered panics too.
 //   - metrics: sees every outcome, rejections and recovered panics included.
 //   - recovery: a panic anywhere inside becomes Internal "internal error",
 //     logged with its stack, and is still logged and counted.
@@ -104,11 +108,12 @@ func chainLinks(d chainDeps) []link {
 
 	links := []link{
 		{"request_log", requestlog.UnaryServerInterceptor(d.log, requestlog.WithTransport(transportOf))},
+		{"error_details", errordetails.UnaryServerInterceptor()},
 		{"grpc_metrics", m.GRPCUnaryServerInterceptor()},
 		{"request_metrics", m.UnaryServerInterceptor()},
 		{"recovery", recovery.UnaryServerInterceptor(recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
 			d.log.ErrorContext(ctx, "panic in handler", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-			return status.Error(codes.Internal, "internal error")
+			return errInternal
 		}))},
 		{"auth", auth.UnaryServerInterceptor(d.authn.Authenticate)},
 		{"identify", identify},
@@ -125,6 +130,7 @@ func chainLinks(d chainDeps) []link {
 			d.rate.perKey,
 			ratelimit.WithMessage("rate limit of this API key exceeded"),
 			ratelimit.WithPolicyName("key"),
+			ratelimit.WithReason(reason.KeyRateLimited),
 			ratelimit.WithOnReject(m.Rejected(metrics.ReasonKeyRate)),
 		)})
 	}
@@ -150,6 +156,9 @@ func chainLinks(d chainDeps) []link {
 	}
 	return links
 }
+
+// errInternal is the answer to a panic.
+var errInternal = reason.Error(codes.Internal, reason.Internal, "internal error")
 
 // transportOf tells a REST call (over the in-process channel) from a gRPC
 // one, and names the peer: the HTTP client's address, which the gateway

@@ -12,10 +12,12 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/shebasvc/sheba/config"
 	"github.com/shebasvc/sheba/gen/openapiv2"
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
+	"github.com/shebasvc/sheba/interceptors/reason"
 )
 
 func TestRoutingErrors(t *testing.T) {
@@ -103,8 +105,8 @@ func TestInternalErrorSaysNothingMore(t *testing.T) {
 	wantGRPCError(t, err, codes.Internal, "")
 	r := e.do(t, http.MethodGet, "/v1/accounts/"+unknownID, "")
 	st := wantRESTError(t, r, http.StatusInternalServerError, codes.Internal, "")
-	if st.GetMessage() != "internal error" || len(st.GetDetails()) != 0 {
-		t.Errorf("got %s, want only \"internal error\"", r.body)
+	if st.GetMessage() != "internal error" || len(st.GetDetails()) != 1 || reason.Of(status.FromProto(st)) != reason.Internal {
+		t.Errorf("got %s, want only \"internal error\" and the ErrorInfo INTERNAL", r.body)
 	}
 	if strings.Contains(string(r.body), "accounts") || strings.Contains(string(r.body), "SQLSTATE") {
 		t.Errorf("body %s leaks database detail", r.body)

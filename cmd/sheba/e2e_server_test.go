@@ -70,19 +70,22 @@ type testEnv struct {
 	sub      shebav1.SubscriptionServiceClient
 	health   healthpb.HealthClient
 	logs     *syncBuffer
+	// server is the service under test, for what only it can tell (the
+	// services registered on its grpc.Server).
+	server *service
 	// stop cancels the context of Serve, as SIGTERM does in cmd/sheba, and
 	// returns what Serve returned once it has. Later calls return the same.
 	stop func() error
 }
 
-func newTestEnv(t *testing.T, mutate ...func(*config.Config)) *testEnv {
+func newTestEnv(t testing.TB, mutate ...func(*config.Config)) *testEnv {
 	t.Helper()
 	return newTestEnvWith(t, nil, nil, mutate...)
 }
 
 // newTestEnvWith is newTestEnv with server options, and spans of the calls
 // and their queries going to tp (if not nil).
-func newTestEnvWith(t *testing.T, tp trace.TracerProvider, opts []envOption, mutate ...func(*config.Config)) *testEnv {
+func newTestEnvWith(t testing.TB, tp trace.TracerProvider, opts []envOption, mutate ...func(*config.Config)) *testEnv {
 	t.Helper()
 	return startTestEnv(t, envSetup{tp: tp, opts: opts, mutate: mutate})
 }
@@ -113,7 +116,7 @@ func withHandlerHook(hook func(ctx context.Context, method string) error) envOpt
 
 // startTestEnv starts a server over a fresh database as setup says. It is
 // stopped, and Serve must have returned nil, when the test ends.
-func startTestEnv(t *testing.T, setup envSetup) *testEnv {
+func startTestEnv(t testing.TB, setup envSetup) *testEnv {
 	t.Helper()
 	url := storetest.NewDatabase(t)
 	if setup.poolURL != nil {
@@ -191,11 +194,12 @@ func startTestEnv(t *testing.T, setup envSetup) *testEnv {
 		sub:      shebav1.NewSubscriptionServiceClient(conn),
 		health:   healthpb.NewHealthClient(conn),
 		logs:     logs,
+		server:   srv,
 		stop:     stop,
 	}
 }
 
-func listen(t *testing.T) net.Listener {
+func listen(t testing.TB) net.Listener {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -336,6 +340,13 @@ func (b *syncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
+}
+
+// Reset empties the buffer.
+func (b *syncBuffer) Reset() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf.Reset()
 }
 
 func (b *syncBuffer) String() string {

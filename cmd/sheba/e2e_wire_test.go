@@ -507,14 +507,18 @@ func TestCBOROverEveryRPC(t *testing.T) {
 	st, _ := r.cbor(t).(map[string]any)
 	details, _ := st["details"].([]any)
 	detail, _ := func() (map[string]any, bool) {
-		if len(details) != 1 {
+		// The ErrorInfo, then the BadRequest.
+		if len(details) != 2 {
 			return nil, false
 		}
-		d, ok := details[0].(map[string]any)
+		if info, _ := details[0].(map[string]any); info["reason"] != "INVALID_ARGUMENT" {
+			return nil, false
+		}
+		d, ok := details[1].(map[string]any)
 		return d, ok
 	}()
 	if st["code"] != uint64(codes.InvalidArgument) || detail["@type"] != "type.googleapis.com/google.rpc.BadRequest" {
-		t.Fatalf("invalid username in CBOR: got %#v, want a Status of code 3 with BadRequest details", st)
+		t.Fatalf("invalid username in CBOR: got %#v, want a Status of code 3 with ErrorInfo and BadRequest details", st)
 	}
 	if fv, _ := detail["fieldViolations"].([]any); len(fv) == 0 || fv[0].(map[string]any)["field"] != "username" {
 		t.Errorf("invalid username in CBOR: violations %#v, want one of username", detail["fieldViolations"])

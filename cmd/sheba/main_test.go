@@ -114,6 +114,7 @@ func TestUsageErrors(t *testing.T) {
 		{"missing config file", nil, []string{"serve", "--config", dir + "/missing.yaml"}, "missing.yaml"},
 		{"bad value in file", map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/db"}, []string{"serve", "--config", badFile}, "limits.max_inflight"},
 		{"bad value in env", map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/db", "SHEBA_LIMITS_MAX_INFLIGHT": "lots"}, []string{"serve"}, "SHEBA_LIMITS_MAX_INFLIGHT"},
+		{"paging secret not hex", map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/db", "SHEBA_PAGING_SECRET": "not-hex"}, []string{"serve"}, "paging.secret (SHEBA_PAGING_SECRET)"},
 		{"no database", nil, []string{"migrate", "status"}, "database.url"},
 		{"bad redis url", map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/db", "SHEBA_REDIS_URL": "http://:hunter2@cache"}, []string{"serve"}, "redis.url (SHEBA_REDIS_URL)"},
 		{"min above max", map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/db", "SHEBA_LIMITS_ADAPTIVE": "true", "SHEBA_LIMITS_MAX_INFLIGHT": "4"}, []string{"serve"}, "limits.min_inflight"},

@@ -79,6 +79,9 @@ func newService(ctx context.Context, cfg config.Config, log *slog.Logger, d serv
 	if _, off := d.tracerProvider.(tracenoop.TracerProvider); off {
 		d.tracerProvider = nil
 	}
+	if cfg.Paging.Secret == "" {
+		log.Warn("paging.secret is not set: page tokens are signed with a random key of this process, so they fail on other replicas and after a restart (docs/configuration.md#paging)")
+	}
 	// Each service has its own registry, served at GET /metrics.
 	registry := prometheus.NewRegistry()
 	hooks, err := newWebhooks(cfg.Webhooks, d, log, registry)
@@ -87,6 +90,7 @@ func newService(ctx context.Context, cfg config.Config, log *slog.Logger, d serv
 	}
 	services, err := server.New(d.store, server.Options{
 		Log:                  log,
+		PageTokenKey:         cfg.Paging.Key(),
 		Events:               hooks,
 		AllowPrivateWebhooks: cfg.Webhooks.AllowPrivateNetworks,
 	})

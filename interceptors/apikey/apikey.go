@@ -12,7 +12,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
+
+	"github.com/shebasvc/sheba/interceptors/reason"
 )
 
 // Key is a configured API key: its caller id and the SHA-256 of the key.
@@ -71,9 +72,9 @@ func New(keys []Key, public []string, opts ...Option) *Authenticator {
 }
 
 var (
-	errMissing   = status.Error(codes.Unauthenticated, "missing API key: send it in x-api-key or as authorization: Bearer <key>")
-	errMalformed = status.Error(codes.Unauthenticated, "malformed authorization: want Bearer <key>")
-	errUnknown   = status.Error(codes.Unauthenticated, "invalid API key")
+	errMissing   = reason.Error(codes.Unauthenticated, reason.APIKeyMissing, "missing API key: send it in x-api-key or as authorization: Bearer <key>")
+	errMalformed = reason.Error(codes.Unauthenticated, reason.APIKeyInvalid, "malformed authorization: want Bearer <key>")
+	errUnknown   = reason.Error(codes.Unauthenticated, reason.APIKeyInvalid, "invalid API key")
 )
 
 type idKey struct{}

@@ -13,5 +13,6 @@
 // labels). Methods listed as public skip the key check: they answer without
 // a key, and a valid key still identifies its caller.
 //
-// Codes: Unauthenticated for a missing, malformed or unknown key.
+// Codes: Unauthenticated for a missing key (reason API_KEY_MISSING), and for
+// a malformed or unknown one (API_KEY_INVALID).
 package apikey

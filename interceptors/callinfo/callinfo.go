@@ -1,6 +1,9 @@
 package callinfo
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Info describes one call.
 type Info struct {
@@ -8,6 +11,9 @@ type Info struct {
 	RequestID string
 	// CallerID is the id of the caller's API key, "" without a valid key.
 	CallerID string
+	// RetryAfter is when a call rejected for load may try again, as the
+	// rejecting step said with retryafter.Set; 0 when none did.
+	RetryAfter time.Duration
 }
 
 type key struct{}

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/shebasvc/sheba/interceptors/reason"
 	"github.com/shebasvc/sheba/interceptors/retryafter"
 )
 
@@ -74,7 +75,7 @@ func WithOnReject(f func(ctx context.Context)) Option {
 	return func(o *options) { o.onReject = f }
 }
 
-var errShed = status.Error(codes.ResourceExhausted, "server busy: too many requests in flight")
+var errShed = reason.Error(codes.ResourceExhausted, reason.Overloaded, "server busy: too many requests in flight")
 
 // UnaryServerInterceptor runs a call only if l has a free slot, and rejects
 // it with ResourceExhausted otherwise. Every admitted call's latency is

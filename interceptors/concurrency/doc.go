@@ -4,11 +4,11 @@
 //
 // It sits after authentication and the rate limits (a call they reject
 // never takes a slot) and before the timeout and the handler. Rejected calls
-// carry retry-after metadata of 1 second.
+// carry a retry hint of 1 second (retryafter.Set).
 //
 // The limit is a Limiter: Fixed here, or the adaptive gradient limiter of
 // the gradient package, which learns from the latency of the calls this
 // interceptor admits (cancelled calls excepted).
 //
-// Codes: ResourceExhausted.
+// Codes: ResourceExhausted, reason OVERLOADED.
 package concurrency

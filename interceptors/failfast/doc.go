@@ -9,5 +9,6 @@
 // It sits innermost, just before the handler, so a call it refuses has been
 // authenticated, limited and counted like any other.
 //
-// Codes: Unavailable.
+// Codes: Unavailable, reason DATABASE_UNAVAILABLE unless WithReason names
+// another; the errordetails interceptor adds a retry hint of 1 second.
 package failfast

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/shebasvc/sheba/interceptors/reason"
 	"github.com/shebasvc/sheba/interceptors/retryafter"
 	"github.com/shebasvc/sheba/store"
 )
@@ -32,8 +33,8 @@ const ReplayedKey = "idempotent-replayed"
 // The reasons of the errors this package decides, in their ErrorInfo of
 // domain "sheba".
 const (
-	ReasonReused = "IDEMPOTENCY_KEY_REUSED"
-	ReasonInUse  = "IDEMPOTENCY_KEY_IN_USE"
+	ReasonReused = reason.IdempotencyKeyReused
+	ReasonInUse  = reason.IdempotencyKeyInUse
 )
 
 // inUseRetry is the wait suggested to a call whose key is in use.

@@ -3,9 +3,10 @@
 //
 // It sits after authentication (the per-key limit needs the caller id) and
 // before the concurrency limit, so a call over its rate never takes an
-// in-flight slot. A rejected call carries "retry-after" response metadata
-// (whole seconds, at least 1) computed from the bucket; the REST gateway
-// turns it into a Retry-After header.
+// in-flight slot. A rejected call carries a retry hint computed from the
+// bucket (retryafter.Set), which the errordetails interceptor turns into
+// "retry-after" metadata (whole seconds, at least 1) and a RetryInfo; the
+// REST gateway turns the metadata into a Retry-After header.
 //
 // Every call under a limit is told where it stands in the syntax of
 // draft-ietf-httpapi-ratelimit-headers-11: "ratelimit-policy" (q, w) and
@@ -22,5 +23,6 @@
 // only fail, so it cannot say when to retry, and its message names the
 // middleware rather than the limit.
 //
-// Codes: ResourceExhausted.
+// Codes: ResourceExhausted, reason RATE_LIMITED unless WithReason names
+// another (sheba's per-key limit uses KEY_RATE_LIMITED).
 package ratelimit

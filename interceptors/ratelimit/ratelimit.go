@@ -8,8 +8,8 @@ import (
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
+	"github.com/shebasvc/sheba/interceptors/reason"
 	"github.com/shebasvc/sheba/interceptors/retryafter"
 )
 
@@ -65,6 +65,7 @@ type options struct {
 	onReject func(ctx context.Context)
 	message  string
 	name     string
+	reason   string
 }
 
 // Option configures the interceptor.
@@ -81,6 +82,12 @@ func WithMessage(msg string) Option {
 	return func(o *options) { o.message = msg }
 }
 
+// WithReason sets the ErrorInfo reason of a rejection (default
+// reason.RateLimited).
+func WithReason(r string) Option {
+	return func(o *options) { o.reason = r }
+}
+
 // WithPolicyName names the policy in the RateLimit fields (default
 // "default").
 func WithPolicyName(name string) Option {
@@ -93,11 +100,11 @@ func WithPolicyName(name string) Option {
 // When several of these interceptors are chained, the outermost one sends
 // the fields of the tightest limit (see tightest).
 func UnaryServerInterceptor(l Limiter, opts ...Option) grpc.UnaryServerInterceptor {
-	o := options{onReject: func(context.Context) {}, message: "rate limit exceeded", name: "default"}
+	o := options{onReject: func(context.Context) {}, message: "rate limit exceeded", name: "default", reason: reason.RateLimited}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	rejected := status.Error(codes.ResourceExhausted, o.message)
+	rejected := reason.Error(codes.ResourceExhausted, o.reason, o.message)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		d := l.Allow(ctx)
 		st, inner := ctx.Value(stateKey{}).(*state)

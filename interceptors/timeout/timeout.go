@@ -7,22 +7,30 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+
+	"github.com/shebasvc/sheba/interceptors/reason"
 )
 
-var errExpired = status.Error(codes.DeadlineExceeded, "deadline exceeded")
+var errExpired = reason.Error(codes.DeadlineExceeded, reason.DeadlineExceeded, "deadline exceeded")
 
 // UnaryServerInterceptor runs each call under a deadline of at most max from
-// now; a client deadline that is sooner stays.
+// now; a client deadline that is sooner stays. A call that ends after its
+// deadline, with an error or with an answer, answers DeadlineExceeded.
 func UnaryServerInterceptor(max time.Duration) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if d, ok := ctx.Deadline(); !ok || time.Until(d) > max {
+		deadline, ok := ctx.Deadline()
+		if !ok || time.Until(deadline) > max {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(ctx, max)
 			defer cancel()
+			deadline, _ = ctx.Deadline()
 		}
 		resp, err := handler(ctx, req)
-		if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// A late answer is not sent: the client has given up on it (gRPC
+		// itself answers DeadlineExceeded then) and REST must say the
+		// same. The clock is read as well as ctx.Err(), which turns only
+		// when the context's timer has fired.
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) || !time.Now().Before(deadline) {
 			return nil, errExpired
 		}
 		return resp, err

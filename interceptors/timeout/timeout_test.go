@@ -69,6 +69,23 @@ func TestExpiryIsDeadlineExceeded(t *testing.T) {
 	}
 }
 
+// A handler that succeeds after the deadline answers DeadlineExceeded: the
+// answer is dropped, as gRPC drops it.
+func TestLateSuccessIsDeadlineExceeded(t *testing.T) {
+	i := timeout.UnaryServerInterceptor(20 * time.Millisecond)
+	resp, err := i(t.Context(), nil, info, func(ctx context.Context, _ any) (any, error) {
+		time.Sleep(40 * time.Millisecond)
+		return "late", nil
+	})
+	if status.Code(err) != codes.DeadlineExceeded || resp != nil {
+		t.Errorf("got %v, %v; want no answer and DeadlineExceeded", resp, err)
+	}
+	resp, err = i(t.Context(), nil, info, func(ctx context.Context, _ any) (any, error) { return "on time", nil })
+	if err != nil || resp != "on time" {
+		t.Errorf("got %v, %v; want the answer", resp, err)
+	}
+}
+
 func TestServer(t *testing.T) {
 	client := interceptortest.Serve(t, timeout.UnaryServerInterceptor(50*time.Millisecond), func(ctx context.Context) (*shebav1.PingResponse, error) {
 		<-ctx.Done()

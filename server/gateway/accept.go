@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"fmt"
 	"mime"
 	"net/http"
 	"strconv"
@@ -8,7 +9,8 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+
+	"github.com/shebasvc/sheba/interceptors/reason"
 
 	"github.com/shebasvc/sheba/codec/cborpb"
 )
@@ -25,7 +27,8 @@ func unsupportedType(gw *runtime.ServeMux, w http.ResponseWriter, r *http.Reques
 	r.Header.Del("Content-Type")
 	writeError(gw, w, r, &runtime.HTTPStatusError{
 		HTTPStatus: http.StatusUnsupportedMediaType,
-		Err:        status.Errorf(codes.InvalidArgument, "unsupported content type %q: send application/json or application/cbor", ct),
+		Err: reason.Error(codes.InvalidArgument, reason.UnsupportedMediaType,
+			fmt.Sprintf("unsupported content type %q: send application/json or application/cbor", ct)),
 	})
 	return true
 }

@@ -3,13 +3,15 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"sync/atomic"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+
+	"github.com/shebasvc/sheba/interceptors/reason"
 )
 
 // The body limit: a request body over maxBody bytes, as sent or after
@@ -36,7 +38,7 @@ func limitBody(gw *runtime.ServeMux, w http.ResponseWriter, r *http.Request, max
 func errBodyTooLarge(limit int64) error {
 	return &runtime.HTTPStatusError{
 		HTTPStatus: http.StatusRequestEntityTooLarge,
-		Err:        status.Errorf(codes.ResourceExhausted, "request body larger than %d bytes", limit),
+		Err:        reason.Error(codes.ResourceExhausted, reason.BodyTooLarge, fmt.Sprintf("request body larger than %d bytes", limit)),
 	}
 }
 

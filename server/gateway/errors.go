@@ -2,19 +2,111 @@ package gateway
 
 import (
 	"context"
+	"errors"
+	"io"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/shebasvc/sheba/interceptors/reason"
+	"github.com/shebasvc/sheba/interceptors/retryafter"
 )
 
+// errRouteNotFound answers a path no route has.
+var errRouteNotFound = &runtime.HTTPStatusError{
+	HTTPStatus: http.StatusNotFound,
+	Err:        reason.Error(codes.NotFound, reason.RouteNotFound, "Not Found"),
+}
+
 // errorHandler writes a google.rpc.Status body with the HTTP status of its
-// code, or of its reason (docs/api.md#errors).
+// code, or of its reason (docs/api.md#errors). It is the REST side's
+// central step for errors: the chain's errors come with their ErrorInfo
+// (and RetryInfo) already; the ones the gateway makes itself get theirs
+// here, with MALFORMED_BODY for a body the marshaler could not decode, and
+// the message is made valid UTF-8 so the answer can always be marshaled.
 func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
-	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, reasonStatus(overLimitError(r, err)))
+	err = reasonStatus(overLimitError(r, err))
+	httpStatus := 0
+	if hse, ok := errors.AsType[*runtime.HTTPStatusError](err); ok {
+		httpStatus, err = hse.HTTPStatus, hse.Err
+	}
+	st := status.Convert(err)
+	if httpStatus == 0 {
+		httpStatus = runtime.HTTPStatusFromCode(st.Code())
+	}
+	def := ""
+	if st.Code() == codes.InvalidArgument && bodyMalformed(r) {
+		def = reason.MalformedBody
+	}
+	var retry time.Duration
+	if httpStatus == http.StatusTooManyRequests || httpStatus == http.StatusServiceUnavailable {
+		retry = time.Second
+	}
+	st, delay := reason.Complete(st, def, retry)
+	if delay > 0 && !hasRetryAfter(ctx) {
+		w.Header().Set("Retry-After", strconv.FormatInt(retryafter.Seconds(delay), 10))
+	}
+	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, &runtime.HTTPStatusError{HTTPStatus: httpStatus, Err: st.Err()})
+}
+
+// hasRetryAfter reports whether the call's response metadata holds a
+// retry-after, which the gateway writes as the Retry-After header.
+func hasRetryAfter(ctx context.Context) bool {
+	md, ok := runtime.ServerMetadataFromContext(ctx)
+	return ok && len(md.HeaderMD.Get(retryafter.Key)) > 0
 }
 
 // writeError answers err in the type the request's Accept asks for.
 func writeError(gw *runtime.ServeMux, w http.ResponseWriter, r *http.Request, err error) {
 	_, m := runtime.MarshalerForRequest(gw, r)
-	runtime.DefaultHTTPErrorHandler(r.Context(), gw, m, w, r, err)
+	errorHandler(r.Context(), gw, m, w, r, err)
+}
+
+// requestBody is the body the gateway's marshalers read; it remembers
+// that decoding it failed, so the error handler can tell a malformed body
+// (MALFORMED_BODY) from the gateway's other 400s (query parameters,
+// Grpc-Timeout), which reach it as bare text.
+type requestBody struct {
+	io.ReadCloser
+	malformed bool
+}
+
+// markBodies hands next the request body as a *requestBody.
+func markBodies(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body != nil && r.Body != http.NoBody {
+			r.Body = &requestBody{ReadCloser: r.Body}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func bodyMalformed(r *http.Request) bool {
+	b, ok := r.Body.(*requestBody)
+	return ok && b.malformed
+}
+
+// markingMarshaler is a runtime.Marshaler whose decoders mark the
+// requestBody they read when decoding fails.
+type markingMarshaler struct {
+	runtime.Marshaler
+}
+
+func (m markingMarshaler) NewDecoder(r io.Reader) runtime.Decoder {
+	d := m.Marshaler.NewDecoder(r)
+	b, ok := r.(*requestBody)
+	if !ok {
+		return d
+	}
+	return runtime.DecoderFunc(func(v any) error {
+		err := d.Decode(v)
+		if err != nil && !errors.Is(err, io.EOF) {
+			b.malformed = true
+		}
+		return err
+	})
 }

@@ -13,13 +13,13 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/shebasvc/sheba/codec/cborpb"
 	"github.com/shebasvc/sheba/codec/httpcompress"
 	"github.com/shebasvc/sheba/gen/openapiv2"
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
+	"github.com/shebasvc/sheba/interceptors/reason"
 )
 
 // Options configures the REST handler.
@@ -57,14 +57,15 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, o Options) (http.Ha
 			DiscardUnknown: false,
 		},
 	}
+	json := markingMarshaler{jsonpb}
 	gw := runtime.NewServeMux(
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, jsonpb),
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, json),
 		// By name too, so that negotiateAccept can choose JSON for a
 		// CBOR body.
-		runtime.WithMarshalerOption("application/json", jsonpb),
+		runtime.WithMarshalerOption("application/json", json),
 		// CBOR for clients that ask for it (Content-Type or Accept), with
 		// the JSON mapping's shape.
-		runtime.WithMarshalerOption(cborpb.MediaType, &cborpb.Marshaler{}),
+		runtime.WithMarshalerOption(cborpb.MediaType, markingMarshaler{&cborpb.Marshaler{}}),
 		runtime.WithIncomingHeaderMatcher(incomingHeader),
 		runtime.WithOutgoingHeaderMatcher(outgoingHeader),
 		runtime.WithErrorHandler(errorHandler),
@@ -91,15 +92,18 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, o Options) (http.Ha
 		}
 	}
 
-	codec, err := httpcompress.NewHandler(gw,
+	codec, err := httpcompress.NewHandler(markBodies(gw),
 		httpcompress.WithMinBytes(o.CompressMinBytes),
 		httpcompress.WithMaxRequestBytes(o.MaxBodyBytes),
 		httpcompress.WithErrorWriter(func(w http.ResponseWriter, r *http.Request, httpStatus int, msg string) {
-			code := codes.InvalidArgument
-			if httpStatus == http.StatusRequestEntityTooLarge {
-				code = codes.ResourceExhausted
+			code, why := codes.InvalidArgument, reason.MalformedBody
+			switch httpStatus {
+			case http.StatusRequestEntityTooLarge:
+				code, why = codes.ResourceExhausted, reason.BodyTooLarge
+			case http.StatusUnsupportedMediaType:
+				why = reason.UnsupportedContentEncoding
 			}
-			writeError(gw, w, r, &runtime.HTTPStatusError{HTTPStatus: httpStatus, Err: status.Error(code, msg)})
+			writeError(gw, w, r, &runtime.HTTPStatusError{HTTPStatus: httpStatus, Err: reason.Error(code, why, msg)})
 		}),
 	)
 	if err != nil {

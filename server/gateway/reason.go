@@ -6,6 +6,8 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/status"
+
+	"github.com/shebasvc/sheba/interceptors/reason"
 )
 
 // reasonHTTPStatus holds the HTTP statuses of the error reasons (of domain
@@ -14,7 +16,7 @@ var reasonHTTPStatus = map[string]int{
 	// An idempotency key reused with another request is INVALID_ARGUMENT
 	// on gRPC, and 422 on REST as the IETF Idempotency-Key draft says: the
 	// request itself is well formed (docs/api.md#idempotency-keys).
-	"IDEMPOTENCY_KEY_REUSED": http.StatusUnprocessableEntity,
+	reason.IdempotencyKeyReused: http.StatusUnprocessableEntity,
 }
 
 // reasonStatus gives err the HTTP status of its reason, if reasonHTTPStatus

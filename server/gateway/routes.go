@@ -10,7 +10,8 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+
+	"github.com/shebasvc/sheba/interceptors/reason"
 )
 
 // routeTable knows the methods of every REST path, read from the generated
@@ -85,15 +86,22 @@ func (rt route) matches(segs []string) bool {
 }
 
 func (t *routeTable) routingError(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, httpStatus int) {
-	if httpStatus != http.StatusMethodNotAllowed {
+	switch httpStatus {
+	case http.StatusNotFound:
+		errorHandler(ctx, mux, m, w, r, errRouteNotFound)
+		return
+	case http.StatusMethodNotAllowed:
+	default:
 		runtime.DefaultRoutingErrorHandler(ctx, mux, m, w, r, httpStatus)
 		return
 	}
 	if allow := t.allowed(r.URL.Path); len(allow) > 0 {
 		w.Header().Set("Allow", strings.Join(allow, ", "))
 	}
-	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, &runtime.HTTPStatusError{
+	// The path as sent (escaped): its decoded form may not be UTF-8.
+	errorHandler(ctx, mux, m, w, r, &runtime.HTTPStatusError{
 		HTTPStatus: http.StatusMethodNotAllowed,
-		Err:        status.Errorf(codes.Unimplemented, "method %s not allowed on %s", r.Method, r.URL.Path),
+		Err: reason.Error(codes.Unimplemented, reason.MethodNotAllowed,
+			fmt.Sprintf("method %s not allowed on %s", r.Method, r.URL.EscapedPath())),
 	})
 }

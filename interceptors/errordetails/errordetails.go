@@ -1,0 +1,50 @@
+package errordetails
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/shebasvc/sheba/interceptors/callinfo"
+	"github.com/shebasvc/sheba/interceptors/reason"
+	"github.com/shebasvc/sheba/interceptors/retryafter"
+)
+
+// defaultRetry is the hint of a retryable error whose maker gave none.
+const defaultRetry = time.Second
+
+// UnaryServerInterceptor completes the error of every call it wraps.
+func UnaryServerInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		ci := callinfo.FromContext(ctx)
+		if ci == nil {
+			ci = &callinfo.Info{}
+			ctx = callinfo.NewContext(ctx, ci)
+		}
+		resp, err := handler(ctx, req)
+		if err == nil {
+			return resp, nil
+		}
+		st := status.Convert(err)
+		var retry time.Duration
+		if reason.Retryable(st.Code()) {
+			wait := ci.RetryAfter
+			if wait <= 0 {
+				wait = defaultRetry
+			}
+			// Whole seconds, the unit of the header, in both.
+			retry = time.Duration(retryafter.Seconds(wait)) * time.Second
+		}
+		st, delay := reason.Complete(st, "", retry)
+		if delay > 0 {
+			// Fails only outside a server call (a direct test call); the
+			// RetryInfo still says it.
+			_ = grpc.SetHeader(ctx, metadata.Pairs(retryafter.Key, strconv.FormatInt(retryafter.Seconds(delay), 10)))
+		}
+		return nil, st.Err()
+	}
+}

@@ -1,0 +1,202 @@
+package reason
+
+import (
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// Domain is the ErrorInfo domain of every reason below.
+const Domain = "sheba"
+
+// The reasons, by the step that decides them. docs/api.md#reasons lists
+// them with their codes; keep the two together.
+const (
+	// Authentication (interceptors/apikey) and Login.
+	APIKeyMissing = "API_KEY_MISSING" // UNAUTHENTICATED: no key on a method that needs one
+	APIKeyInvalid = "API_KEY_INVALID" // UNAUTHENTICATED: an unknown key, or a malformed authorization
+	LoginFailed   = "LOGIN_FAILED"    // UNAUTHENTICATED: Login with an unknown user or a wrong password
+
+	// Admission (interceptors/ratelimit, concurrency, failfast, timeout).
+	RateLimited         = "RATE_LIMITED"         // RESOURCE_EXHAUSTED: the global rate limit
+	KeyRateLimited      = "KEY_RATE_LIMITED"     // RESOURCE_EXHAUSTED: the caller's per-key rate limit
+	Overloaded          = "OVERLOADED"           // RESOURCE_EXHAUSTED: limits.max_inflight calls already run
+	DatabaseUnavailable = "DATABASE_UNAVAILABLE" // UNAVAILABLE: the database is down or unreachable
+	DeadlineExceeded    = "DEADLINE_EXCEEDED"    // DEADLINE_EXCEEDED: the call's deadline passed
+
+	// Idempotency keys (interceptors/idempotency).
+	IdempotencyKeyReused = "IDEMPOTENCY_KEY_REUSED" // INVALID_ARGUMENT (422 on REST): the key came with another request
+	IdempotencyKeyInUse  = "IDEMPOTENCY_KEY_IN_USE" // ABORTED (409): the first request with the key still runs; with RetryInfo
+
+	// The handlers (server/).
+	InvalidArgument = "INVALID_ARGUMENT" // INVALID_ARGUMENT: input breaks a rule; see the BadRequest detail
+	NotFound        = "NOT_FOUND"        // NOT_FOUND: no such resource
+	AlreadyExists   = "ALREADY_EXISTS"   // ALREADY_EXISTS: the resource exists already
+	Internal        = "INTERNAL"         // INTERNAL: anything unexpected, panics included
+
+	// The REST gateway (server/gateway), before any method runs.
+	RouteNotFound              = "ROUTE_NOT_FOUND"              // NOT_FOUND (404): no route has this path
+	MethodNotAllowed           = "METHOD_NOT_ALLOWED"           // UNIMPLEMENTED (405): the path exists under other methods
+	UnsupportedMediaType       = "UNSUPPORTED_MEDIA_TYPE"       // INVALID_ARGUMENT (415): a Content-Type other than JSON or CBOR
+	UnsupportedContentEncoding = "UNSUPPORTED_CONTENT_ENCODING" // INVALID_ARGUMENT (415): a Content-Encoding other than gzip or zstd
+	BodyTooLarge               = "BODY_TOO_LARGE"               // RESOURCE_EXHAUSTED (413): a body over http.max_body_bytes
+	MalformedBody              = "MALFORMED_BODY"               // INVALID_ARGUMENT (400): a body that cannot be decompressed or decoded
+)
+
+// The reasons of codes no step names more precisely.
+var byCode = [...]string{
+	codes.OK:                 "",
+	codes.Canceled:           "CANCELED",
+	codes.Unknown:            "UNKNOWN",
+	codes.InvalidArgument:    InvalidArgument,
+	codes.DeadlineExceeded:   DeadlineExceeded,
+	codes.NotFound:           NotFound,
+	codes.AlreadyExists:      AlreadyExists,
+	codes.PermissionDenied:   "PERMISSION_DENIED",
+	codes.ResourceExhausted:  "RESOURCE_EXHAUSTED",
+	codes.FailedPrecondition: "FAILED_PRECONDITION",
+	codes.Aborted:            "ABORTED",
+	codes.OutOfRange:         "OUT_OF_RANGE",
+	codes.Unimplemented:      "UNIMPLEMENTED",
+	codes.Internal:           Internal,
+	codes.Unavailable:        "UNAVAILABLE",
+	codes.DataLoss:           "DATA_LOSS",
+	codes.Unauthenticated:    "UNAUTHENTICATED",
+}
+
+// ForCode returns the reason of an error of code c that names none itself:
+// the code's name in UPPER_SNAKE ("NOT_FOUND").
+func ForCode(c codes.Code) string {
+	if int(c) < len(byCode) {
+		return byCode[c]
+	}
+	return "UNKNOWN"
+}
+
+// Status returns a status of code c and message msg whose details are
+// ErrorInfo{Domain, reason} followed by details. Build it once where the
+// message is fixed. Text in msg that is not valid UTF-8 is replaced; a
+// detail that cannot be marshaled (invalid UTF-8 in a string field) is left
+// out, so the status stays answerable.
+func Status(c codes.Code, reason, msg string, details ...proto.Message) *status.Status {
+	p := &spb.Status{Code: int32(c), Message: ValidUTF8(msg)}
+	p.Details = make([]*anypb.Any, 0, 1+len(details))
+	p.Details = append(p.Details, mustAny(&errdetails.ErrorInfo{Reason: reason, Domain: Domain}))
+	for _, d := range details {
+		if a, err := anypb.New(d); err == nil {
+			p.Details = append(p.Details, a)
+		}
+	}
+	return status.FromProto(p)
+}
+
+// Error is Status(c, reason, msg).Err().
+func Error(c codes.Code, reason, msg string) error {
+	return Status(c, reason, msg).Err()
+}
+
+// The type URLs of the details Complete looks for.
+const (
+	errorInfoURL = "type.googleapis.com/google.rpc.ErrorInfo"
+	retryInfoURL = "type.googleapis.com/google.rpc.RetryInfo"
+)
+
+// Retryable reports whether an error of code c tells the client to retry
+// later, and so carries RetryInfo: RESOURCE_EXHAUSTED (429) and
+// UNAVAILABLE (503).
+func Retryable(c codes.Code) bool {
+	return c == codes.ResourceExhausted || c == codes.Unavailable
+}
+
+// Complete returns st with what every error of sheba carries, adding only
+// what is missing:
+//
+//   - an ErrorInfo with reason def (ForCode of its code when def is ""),
+//     unless st has one;
+//   - a RetryInfo of retry, when retry is positive and st has none;
+//   - a message that is valid UTF-8.
+//
+// It also returns the delay of st's RetryInfo, the one it had or the one
+// added, or 0 when it carries none: the retry-after header must say the
+// same. An OK status is returned as it is.
+func Complete(st *status.Status, def string, retry time.Duration) (*status.Status, time.Duration) {
+	if st.Code() == codes.OK {
+		return st, 0
+	}
+	p := st.Proto()
+	changed := false
+	hasInfo := false
+	var delay time.Duration
+	hasRetry := false
+	for _, d := range p.GetDetails() {
+		switch d.GetTypeUrl() {
+		case errorInfoURL:
+			hasInfo = true
+		case retryInfoURL:
+			var ri errdetails.RetryInfo
+			if d.UnmarshalTo(&ri) == nil {
+				hasRetry = true
+				delay = ri.GetRetryDelay().AsDuration()
+			}
+		}
+	}
+	if !hasInfo {
+		if def == "" {
+			def = ForCode(st.Code())
+		}
+		// ErrorInfo first, as Status puts it.
+		p.Details = append([]*anypb.Any{mustAny(&errdetails.ErrorInfo{Reason: def, Domain: Domain})}, p.Details...)
+		changed = true
+	}
+	if !hasRetry && retry > 0 {
+		p.Details = append(p.Details, mustAny(&errdetails.RetryInfo{RetryDelay: durationpb.New(retry)}))
+		delay = retry
+		changed = true
+	}
+	if !utf8.ValidString(p.GetMessage()) {
+		p.Message = ValidUTF8(p.GetMessage())
+		changed = true
+	}
+	if !changed {
+		return st, delay
+	}
+	return status.FromProto(p), delay
+}
+
+// Of returns the reason of st's ErrorInfo, or "" if it has none.
+func Of(st *status.Status) string {
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info.GetReason()
+		}
+	}
+	return ""
+}
+
+// ValidUTF8 returns s with every byte sequence that is not valid UTF-8
+// replaced by U+FFFD. Text from a request goes through it (or %q) before it
+// enters an error: protojson and CBOR refuse to marshal invalid UTF-8, and
+// the error would become a 500.
+func ValidUTF8(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
+// mustAny wraps a detail that always marshals (no strings from a request).
+func mustAny(m proto.Message) *anypb.Any {
+	a, err := anypb.New(m)
+	if err != nil {
+		panic("reason: marshal " + string(m.ProtoReflect().Descriptor().FullName()) + ": " + err.Error())
+	}
+	return a
+}

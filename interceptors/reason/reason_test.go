@@ -1,0 +1,92 @@
+package reason_test
+
+import (
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/shebasvc/sheba/interceptors/reason"
+)
+
+func TestComplete(t *testing.T) {
+	withRetry, _ := status.New(codes.ResourceExhausted, "slow down").WithDetails(
+		&errdetails.ErrorInfo{Domain: reason.Domain, Reason: reason.RateLimited},
+		&errdetails.RetryInfo{RetryDelay: durationpb.New(3 * time.Second)})
+	for _, test := range []struct {
+		name       string
+		in         *status.Status
+		def        string
+		retry      time.Duration
+		wantReason string
+		wantDelay  time.Duration
+		wantCount  int // details
+	}{
+		{"default from the code", status.New(codes.NotFound, "x"), "", 0, "NOT_FOUND", 0, 1},
+		{"default given", status.New(codes.InvalidArgument, "x"), reason.MalformedBody, 0, reason.MalformedBody, 0, 1},
+		{"reason kept", reason.Status(codes.NotFound, reason.RouteNotFound, "x"), reason.NotFound, 0, reason.RouteNotFound, 0, 1},
+		{"retry added", status.New(codes.Unavailable, "x"), "", time.Second, "UNAVAILABLE", time.Second, 2},
+		{"retry kept", withRetry, "", time.Second, reason.RateLimited, 3 * time.Second, 2},
+		{"unknown code", status.New(codes.Code(99), "x"), "", 0, "UNKNOWN", 0, 1},
+	} {
+		t.Run(test.name, func(t *testing.T) {
+			got, delay := reason.Complete(test.in, test.def, test.retry)
+			if r := reason.Of(got); r != test.wantReason {
+				t.Errorf("reason: got %q, want %q", r, test.wantReason)
+			}
+			if delay != test.wantDelay {
+				t.Errorf("delay: got %v, want %v", delay, test.wantDelay)
+			}
+			if n := len(got.Details()); n != test.wantCount {
+				t.Errorf("details: got %d (%v), want %d", n, got.Details(), test.wantCount)
+			}
+			if got.Code() != test.in.Code() || got.Message() != test.in.Message() {
+				t.Errorf("got %v %q, want the code and message kept", got.Code(), got.Message())
+			}
+		})
+	}
+	ok := status.New(codes.OK, "")
+	if got, _ := reason.Complete(ok, "", time.Second); got != ok {
+		t.Error("an OK status was changed")
+	}
+}
+
+func TestStatusLeavesOutWhatCannotMarshal(t *testing.T) {
+	st := reason.Status(codes.InvalidArgument, reason.InvalidArgument, "bad \xff",
+		&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: "x", Description: "\xff"}}})
+	if st.Message() != "bad \uFFFD" {
+		t.Errorf("message: got %q", st.Message())
+	}
+	if n := len(st.Details()); n != 1 || reason.Of(st) != reason.InvalidArgument {
+		t.Errorf("details: got %v, want the ErrorInfo alone", st.Details())
+	}
+	// And the status still goes on the wire.
+	if _, err := status.Convert(st.Err()).WithDetails(); err != nil {
+		t.Error(err)
+	}
+}
+
+// Every reason is UPPER_SNAKE, as google.rpc.ErrorInfo asks.
+func TestReasonsAreUpperSnake(t *testing.T) {
+	for _, r := range []string{
+		reason.APIKeyMissing, reason.APIKeyInvalid, reason.LoginFailed, reason.RateLimited, reason.KeyRateLimited,
+		reason.Overloaded, reason.DatabaseUnavailable, reason.DeadlineExceeded, reason.InvalidArgument, reason.NotFound,
+		reason.AlreadyExists, reason.Internal, reason.RouteNotFound, reason.MethodNotAllowed, reason.UnsupportedMediaType,
+		reason.UnsupportedContentEncoding, reason.BodyTooLarge, reason.MalformedBody, reason.IdempotencyKeyReused, reason.IdempotencyKeyInUse,
+	} {
+		for i, c := range r {
+			if !(c >= 'A' && c <= 'Z' || c == '_' && i > 0 && i < len(r)-1 || c >= '0' && c <= '9' && i > 0) {
+				t.Errorf("reason %q is not UPPER_SNAKE", r)
+				break
+			}
+		}
+	}
+	for c := codes.OK + 1; c <= codes.Unauthenticated; c++ {
+		if reason.ForCode(c) == "" {
+			t.Errorf("code %v has no default reason", c)
+		}
+	}
+}

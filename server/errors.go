@@ -37,6 +37,8 @@ var errorTable = []errorRule{
 	{err: store.ErrConflict, code: codes.AlreadyExists, msg: func(m errMsgs) string { return m.conflict }},
 	{err: context.DeadlineExceeded, code: codes.DeadlineExceeded, msg: fixed("deadline exceeded")},
 	{err: context.Canceled, code: codes.Canceled, msg: fixed("request canceled")},
+	// Shed by the password hasher: its message stands.
+	{err: errHashBusy, code: codes.ResourceExhausted, msg: fixed(status.Convert(errHashBusy).Message())},
 	// Say what is wrong without the driver's text: the client should retry
 	// later, not report a bug.
 	{err: store.ErrUnavailable, code: codes.Unavailable, msg: fixed("database unavailable"), warn: true},

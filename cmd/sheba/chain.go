@@ -58,8 +58,8 @@ type chainDeps struct {
 //     logged with its stack, and is still logged and counted.
 //   - auth: cheap, and gives the caller id to everything after it; then
 //     identify copies it where the log, the metrics and the span see it.
-//   - global rate, then per-key rate: a call over its rate never takes an
-//     in-flight slot.
+//   - global rate (anonymous callers in a bucket of their own), then per-key
+//     rate: a call over its rate never takes an in-flight slot.
 //   - concurrency: sheds at once what exceeds limits.max_inflight.
 //   - timeout: so only the handler's time counts against it.
 //   - failfast: while the database is down, the calls that need it
@@ -95,9 +95,18 @@ func chainLinks(d chainDeps) []link {
 		{"auth", auth.UnaryServerInterceptor(d.authn.Authenticate)},
 		{"identify", identify},
 	}
-	if l := d.limits; l.Rate > 0 {
+	if l := d.limits; l.Rate > 0 || l.AnonymousRate > 0 {
+		// Callers without a key (public methods) have a bucket of their
+		// own, so that a flood of them cannot starve keyed callers.
+		var keyed, anonymous ratelimit.Limiter
+		if l.Rate > 0 {
+			keyed = ratelimit.NewBucket(l.Rate, l.Burst)
+		}
+		if rate, burst := l.AnonymousLimit(); rate > 0 {
+			anonymous = ratelimit.NewBucket(rate, burst)
+		}
 		links = append(links, link{"rate", ratelimit.UnaryServerInterceptor(
-			ratelimit.NewBucket(l.Rate, l.Burst),
+			ratelimit.NewSplit(keyed, anonymous, apikey.IDFromContext),
 			ratelimit.WithOnReject(m.Rejected(metrics.ReasonRate)),
 		)})
 	}

@@ -50,6 +50,10 @@ type service struct {
 // serviceDeps are the parts of a service that do not come from the config.
 type serviceDeps struct {
 	store *store.Store
+	// healthStore is what the health check pings: a pool of its own, so
+	// that a saturated business pool does not look like a database that
+	// is down. Nil means store.
+	healthStore *store.Store
 	// tracerProvider gets the spans of every call; nil means no tracing.
 	tracerProvider trace.TracerProvider
 	// healthInterval is how often the database is pinged (default 2s).
@@ -65,6 +69,9 @@ func newService(ctx context.Context, cfg config.Config, log *slog.Logger, d serv
 	if d.healthInterval == 0 {
 		d.healthInterval = 2 * time.Second
 	}
+	if d.healthStore == nil {
+		d.healthStore = d.store
+	}
 	// With tracing off, the instrumentation is left out rather than run
 	// against a no-op provider: it allocates on every call all the same.
 	if _, off := d.tracerProvider.(tracenoop.TracerProvider); off {
@@ -74,7 +81,7 @@ func newService(ctx context.Context, cfg config.Config, log *slog.Logger, d serv
 	if err != nil {
 		return nil, err
 	}
-	checker := health.NewChecker(d.store.Ping, d.healthInterval, server.ServiceNames())
+	checker := health.NewChecker(d.healthStore.Ping, d.healthInterval, server.ServiceNames())
 
 	// Each service has its own registry, served at GET /metrics.
 	registry := prometheus.NewRegistry()
@@ -187,6 +194,10 @@ func newGRPCServer(cfg config.Config, chain grpc.UnaryServerInterceptor, streams
 	}
 	return grpc.NewServer(opts...)
 }
+
+// healthPingTimeout is the statement timeout of the health check's
+// connection: the check gives each ping its interval at most (2 s).
+const healthPingTimeout = 2 * time.Second
 
 // maxHeaderBytes bounds the headers of an HTTP request and the metadata of a
 // gRPC call alike (grpc-go's default is 16 MiB).

@@ -34,11 +34,26 @@ func WithStatementTimeout(d time.Duration) PoolOption {
 	}
 }
 
-// Delays of the cancel request sent for a query whose context ends: it goes
-// at once, and if no answer has come after cancelFallback (the cancel was
-// lost, or the server is gone), the connection's deadline cuts it and the
-// pool replaces it.
-const cancelFallback = 2 * time.Second
+// WithCancelFallback sets how long a query whose context ended may wait
+// for the answer to its cancel request before its connection is cut
+// (default 2 s: a cancel crosses the network twice). 0 cuts at once, for a
+// pool whose queries must fail fast when the server stops answering, such
+// as the health check's.
+func WithCancelFallback(d time.Duration) PoolOption {
+	return func(c *pgxpool.Config) { c.ConnConfig.BuildContextWatcherHandler = cancelHandler(d) }
+}
+
+// defaultCancelFallback is the default of WithCancelFallback.
+const defaultCancelFallback = 2 * time.Second
+
+// cancelHandler returns the pgconn handler of an ended context: a cancel
+// request sent at once, and the connection's deadline set fallback later
+// in case no answer comes (the cancel was lost, or the server is gone).
+func cancelHandler(fallback time.Duration) func(*pgconn.PgConn) ctxwatch.Handler {
+	return func(c *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: fallback}
+	}
+}
 
 // OpenPool returns a pool of at most maxConns connections to the database at
 // url, with a span for every query traced to tp (db.system postgresql; the
@@ -56,9 +71,7 @@ func OpenPool(ctx context.Context, url string, maxConns int32, tp trace.TracerPr
 		return nil, fmt.Errorf("parse database url: %w", err)
 	}
 	cfg.MaxConns = maxConns
-	cfg.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
-		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: cancelFallback}
-	}
+	cfg.ConnConfig.BuildContextWatcherHandler = cancelHandler(defaultCancelFallback)
 	for _, o := range opts {
 		o(cfg)
 	}

@@ -28,11 +28,13 @@ func (g grpcLogger) emit(level slog.Level, msg string) {
 	g.log.Log(context.Background(), level, msg)
 }
 
-func (g grpcLogger) Info(args ...any)                 { g.emit(slog.LevelDebug, fmt.Sprint(args...)) }
-func (g grpcLogger) Infoln(args ...any)               { g.emit(slog.LevelDebug, sprintln(args)) }
-func (g grpcLogger) Infof(format string, args ...any) { g.emit(slog.LevelDebug, fmt.Sprintf(format, args...)) }
-func (g grpcLogger) Warning(args ...any)              { g.emit(slog.LevelWarn, fmt.Sprint(args...)) }
-func (g grpcLogger) Warningln(args ...any)            { g.emit(slog.LevelWarn, sprintln(args)) }
+func (g grpcLogger) Info(args ...any)   { g.emit(slog.LevelDebug, fmt.Sprint(args...)) }
+func (g grpcLogger) Infoln(args ...any) { g.emit(slog.LevelDebug, sprintln(args)) }
+func (g grpcLogger) Infof(format string, args ...any) {
+	g.emit(slog.LevelDebug, fmt.Sprintf(format, args...))
+}
+func (g grpcLogger) Warning(args ...any)   { g.emit(slog.LevelWarn, fmt.Sprint(args...)) }
+func (g grpcLogger) Warningln(args ...any) { g.emit(slog.LevelWarn, sprintln(args)) }
 func (g grpcLogger) Warningf(format string, args ...any) {
 	g.emit(slog.LevelWarn, fmt.Sprintf(format, args...))
 }

@@ -155,8 +155,10 @@ func serve(ctx context.Context, args []string, lookup func(string) (string, bool
 	defer pool.Close()
 	// The health check has a connection of its own: a busy business pool
 	// must not make its ping wait in the pool's queue, and the replica look
-	// down when the database is only slow. Its pings are not traced.
-	healthPool, err := store.OpenPool(ctx, cfg.Database.URL, 1, tracenoop.NewTracerProvider(), store.WithStatementTimeout(healthPingTimeout))
+	// down when the database is only slow. Its pings are not traced, and a
+	// ping that times out gives up its connection at once.
+	healthPool, err := store.OpenPool(ctx, cfg.Database.URL, 1, tracenoop.NewTracerProvider(),
+		store.WithStatementTimeout(healthPingTimeout), store.WithCancelFallback(0))
 	if err != nil {
 		return err
 	}

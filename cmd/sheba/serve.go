@@ -124,7 +124,7 @@ func newService(ctx context.Context, cfg config.Config, log *slog.Logger, d serv
 		MaxBodyBytes:        cfg.HTTP.MaxBodyBytes,
 		MaxConcurrentBodies: cfg.HTTP.MaxConcurrentBodies,
 		CompressMinBytes:    cfg.Compression.MinBytes,
-		TracerProvider:   d.tracerProvider,
+		TracerProvider:      d.tracerProvider,
 	})
 	if err != nil {
 		return nil, err

@@ -3,10 +3,11 @@ package main
 import (
 	"bufio"
 	"errors"
+	"maps"
 	"net"
 	"net/http"
 	"runtime"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -169,12 +170,7 @@ func TestSlowClients(t *testing.T) {
 		}
 		answers[r.kind+": "+answer]++
 	}
-	keys := make([]string, 0, len(answers))
-	for k := range answers {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(answers)) {
 		t.Logf("%4d slow %s", answers[k], k)
 	}
 	grew := int64(peak.Load()) - int64(base.HeapAlloc)
@@ -209,4 +205,3 @@ func TestSlowClients(t *testing.T) {
 }
 
 func mib(b uint64) float64 { return float64(b) / (1 << 20) }
-

@@ -4,8 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
-	"sort"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -97,12 +98,7 @@ func TestSlowDatabase(t *testing.T) {
 	wg.Wait()
 	opened := e.pool.Stat().NewConnsCount() - before
 
-	keys := make([]string, 0, len(answers))
-	for k := range answers {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(answers)) {
 		t.Logf("%6d %s", answers[k], k)
 		switch k {
 		case "REST 200", "REST 429", "REST 504", "gRPC OK", "gRPC ResourceExhausted", "gRPC DeadlineExceeded":

@@ -51,7 +51,12 @@ func (c Config) check() *Error {
 		func() *Error {
 			return checkBurst("limits.per_key_burst", c.Limits.PerKeyBurst, "limits.per_key_rate", c.Limits.PerKeyRate)
 		},
-		func() *Error { return checkRate("limits.anonymous_rate", c.Limits.AnonymousRate) },
+		func() *Error {
+			if r := c.Limits.AnonymousRate; math.IsNaN(r) || math.IsInf(r, 0) || r < 0 {
+				return bad("limits.anonymous_rate", "must be a finite number, at least 0 (0 means the same as limits.rate), got %v", r)
+			}
+			return nil
+		},
 		func() *Error {
 			rate, burst := c.Limits.AnonymousLimit()
 			if c.Limits.AnonymousBurst < 0 {

@@ -181,7 +181,7 @@ func TestValidate(t *testing.T) {
 			name:    "limits.anonymous_rate",
 			change:  func(c *Config) { c.Limits.AnonymousRate = -1 },
 			wantKey: "limits.anonymous_rate",
-			wantMsg: "limits.anonymous_rate: must be at least 0 (0 means no limit), got -1",
+			wantMsg: "limits.anonymous_rate: must be a finite number, at least 0 (0 means the same as limits.rate), got -1",
 		},
 		{
 			name:    "limits.anonymous_burst negative",

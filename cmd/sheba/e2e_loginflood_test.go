@@ -19,9 +19,9 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	rpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
+	"github.com/shebasvc/sheba/interceptors/interceptortest"
 	"github.com/shebasvc/sheba/store/storetest"
 )
 
@@ -205,16 +205,8 @@ func TestShutdownWithStreams(t *testing.T) {
 	if _, err := account.CreateAccount(t.Context(), &shebav1.CreateAccountRequest{Username: "drain", Password: "correct horse"}); err != nil {
 		t.Fatalf("CreateAccount: %v", err)
 	}
-	refl, err := rpb.NewServerReflectionClient(conn).ServerReflectionInfo(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := refl.Send(&rpb.ServerReflectionRequest{MessageRequest: &rpb.ServerReflectionRequest_ListServices{}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := refl.Recv(); err != nil {
-		t.Fatalf("reflection: %v", err)
-	}
+	// Open through the shutdown; it never ends by itself.
+	interceptortest.ReflectionStream(t, conn)
 
 	const n = 25
 	errs := make([]error, n)

@@ -11,10 +11,10 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
-	rpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/shebasvc/sheba/interceptors/drain"
+	"github.com/shebasvc/sheba/interceptors/interceptortest"
 )
 
 // TestEndEndsStreams opens a reflection stream (whose handler waits in Recv
@@ -39,16 +39,7 @@ func TestEndEndsStreams(t *testing.T) {
 	}
 	defer conn.Close()
 
-	refl, err := rpb.NewServerReflectionClient(conn).ServerReflectionInfo(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := refl.Send(&rpb.ServerReflectionRequest{MessageRequest: &rpb.ServerReflectionRequest_ListServices{}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := refl.Recv(); err != nil {
-		t.Fatalf("reflection before End: %v", err)
-	}
+	refl := interceptortest.ReflectionStream(t, conn)
 	watch, err := healthpb.NewHealthClient(conn).Watch(t.Context(), &healthpb.HealthCheckRequest{})
 	if err != nil {
 		t.Fatal(err)

@@ -40,13 +40,14 @@ type hashLimits struct {
 	waiting int
 }
 
-// defaultHashLimits allows one hash per core (GOMAXPROCS) and 32 waiting
-// calls per core: at about 25 ms a hash, the last in the queue waits
-// under a second, within any sensible deadline, while memory stays at
-// running × 19 MiB whatever the number of calls.
+// defaultHashLimits allows one hash per core (GOMAXPROCS) and 16 waiting
+// calls per core: at about 25 ms a hash, the last in the queue waits about
+// 0.4 s, while memory stays at running × 19 MiB whatever the number of
+// calls; a caller that would wait longer is better told to come back
+// (429, Retry-After: 1) than kept holding a connection and a request slot.
 func defaultHashLimits() hashLimits {
 	n := runtime.GOMAXPROCS(0)
-	return hashLimits{running: n, waiting: 32 * n}
+	return hashLimits{running: n, waiting: 16 * n}
 }
 
 // errHashBusy answers a call shed because too many wait to hash.

@@ -34,17 +34,10 @@ func WithStatementTimeout(d time.Duration) PoolOption {
 	}
 }
 
-// WithCancelFallback sets how long a query whose context ended may wait
-// for the answer to its cancel request before its connection is cut
-// (default 2 s: a cancel crosses the network twice). 0 cuts at once, for a
-// pool whose queries must fail fast when the server stops answering, such
-// as the health check's.
-func WithCancelFallback(d time.Duration) PoolOption {
-	return func(c *pgxpool.Config) { c.ConnConfig.BuildContextWatcherHandler = cancelHandler(d) }
-}
-
-// defaultCancelFallback is the default of WithCancelFallback.
-const defaultCancelFallback = 2 * time.Second
+// cancelFallback is how long a query whose context ended may wait for the
+// answer to its cancel request before its connection is cut: a cancel
+// crosses the network twice.
+const cancelFallback = 2 * time.Second
 
 // cancelHandler returns the pgconn handler of an ended context: a cancel
 // request sent at once, and the connection's deadline set fallback later
@@ -71,7 +64,7 @@ func OpenPool(ctx context.Context, url string, maxConns int32, tp trace.TracerPr
 		return nil, fmt.Errorf("parse database url: %w", err)
 	}
 	cfg.MaxConns = maxConns
-	cfg.ConnConfig.BuildContextWatcherHandler = cancelHandler(defaultCancelFallback)
+	cfg.ConnConfig.BuildContextWatcherHandler = cancelHandler(cancelFallback)
 	for _, o := range opts {
 		o(cfg)
 	}

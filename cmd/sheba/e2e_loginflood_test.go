@@ -191,8 +191,8 @@ func median(ds []time.Duration) time.Duration {
 // the reason TestLoginFlood is not; shutdown.timeout is long so that the
 // logins finish even on a slow machine.
 func TestShutdownWithStreams(t *testing.T) {
-	const timeout = time.Minute
-	p := startSheba(t, storetest.NewDatabase(t), keyEnv(), "SHEBA_SHUTDOWN_TIMEOUT="+timeout.String(), "SHEBA_LIMITS_TIMEOUT=50s")
+	const timeout = 3 * time.Minute
+	p := startSheba(t, storetest.NewDatabase(t), keyEnv(), "SHEBA_SHUTDOWN_TIMEOUT="+timeout.String(), "SHEBA_LIMITS_TIMEOUT=2m")
 	conn, err := grpc.NewClient(p.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()), withKey(testKey))
 	if err != nil {
 		t.Fatal(err)

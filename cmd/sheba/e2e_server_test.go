@@ -135,7 +135,7 @@ func startTestEnv(t *testing.T, setup envSetup) *testEnv {
 		t.Fatalf("pool: %v", err)
 	}
 	t.Cleanup(pool.Close)
-	healthPool, err := store.OpenPool(context.Background(), url, 1, tracenoop.NewTracerProvider(), store.WithCancelFallback(0))
+	healthPool, err := store.OpenPool(context.Background(), url, 1, tracenoop.NewTracerProvider())
 	if err != nil {
 		t.Fatalf("health pool: %v", err)
 	}

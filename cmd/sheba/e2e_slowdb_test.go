@@ -129,7 +129,9 @@ func TestSlowDatabase(t *testing.T) {
 	// A database that stops answering (connections open, nothing comes
 	// back) is down.
 	(*proxy).setLatency(time.Hour)
-	took := waitFor(t, 3*interval+2*time.Second, "/readyz 503 once the database stops answering", func() bool { return e.readiness(t).notReady() })
+	// Each ping then fails after its interval plus the 2 s given to its
+	// cancel request; two must fail.
+	took := waitFor(t, 2*(interval+2*time.Second)+2*time.Second, "/readyz 503 once the database stops answering", func() bool { return e.readiness(t).notReady() })
 	t.Logf("not ready %v after the database stopped answering", took)
 	// Cut the held connections, so that the pools close at once.
 	(*proxy).cut()

@@ -155,10 +155,12 @@ func serve(ctx context.Context, args []string, lookup func(string) (string, bool
 	defer pool.Close()
 	// The health check has a connection of its own: a busy business pool
 	// must not make its ping wait in the pool's queue, and the replica look
-	// down when the database is only slow. Its pings are not traced, and a
-	// ping that times out gives up its connection at once.
+	// down when the database is only slow. Its pings are not traced. A ping
+	// that times out is cancelled like any query, keeping the connection: a
+	// new one costs several round trips and the authentication, which on a
+	// loaded machine can outlast the next ping's deadline too.
 	healthPool, err := store.OpenPool(ctx, cfg.Database.URL, 1, tracenoop.NewTracerProvider(),
-		store.WithStatementTimeout(healthPingTimeout), store.WithCancelFallback(0))
+		store.WithStatementTimeout(healthPingTimeout))
 	if err != nil {
 		return err
 	}

@@ -30,6 +30,19 @@ type HTTP struct {
 	// MaxBodyBytes bounds a request body after decompression, and a gRPC
 	// message.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// ReadHeaderTimeout bounds the time a client may take to send a
+	// request's headers.
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
+	// ReadTimeout bounds the time a client may take to send a whole
+	// request, headers and body.
+	ReadTimeout time.Duration `yaml:"read_timeout"`
+	// IdleTimeout is how long a kept-alive connection may wait for its next
+	// request.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// MaxConcurrentBodies bounds the request bodies read and decoded at
+	// once, before the API key is checked; the rest wait a moment, then
+	// are answered 429.
+	MaxConcurrentBodies int `yaml:"max_concurrent_bodies"`
 }
 
 // GRPC configures the gRPC server.
@@ -38,6 +51,8 @@ type GRPC struct {
 	Addr string `yaml:"addr"`
 	// Reflection turns on the gRPC server reflection service.
 	Reflection bool `yaml:"reflection"`
+	// MaxConcurrentStreams bounds the calls one connection carries at once.
+	MaxConcurrentStreams int `yaml:"max_concurrent_streams"`
 }
 
 // Database configures the Postgres pool.
@@ -64,6 +79,12 @@ type Limits struct {
 	PerKeyRate float64 `yaml:"per_key_rate"`
 	// PerKeyBurst is the token bucket size of each API key.
 	PerKeyBurst int `yaml:"per_key_burst"`
+	// AnonymousRate is the rate of the bucket of calls that bring no API
+	// key (public methods), kept apart from Rate so that anonymous callers
+	// cannot starve keyed ones; 0 means the same as Rate.
+	AnonymousRate float64 `yaml:"anonymous_rate"`
+	// AnonymousBurst is the size of that bucket; 0 means the same as Burst.
+	AnonymousBurst int `yaml:"anonymous_burst"`
 	// Timeout is the deadline given to a request that brings none or a
 	// longer one.
 	Timeout time.Duration `yaml:"timeout"`
@@ -164,13 +185,34 @@ type Backoff struct {
 	Max time.Duration `yaml:"max"`
 }
 
+// AnonymousLimit returns the rate and burst of the bucket of anonymous
+// calls: AnonymousRate and AnonymousBurst, each defaulting to the global
+// one when 0.
+func (l Limits) AnonymousLimit() (rate float64, burst int) {
+	rate, burst = l.AnonymousRate, l.AnonymousBurst
+	if rate == 0 {
+		rate = l.Rate
+	}
+	if burst == 0 {
+		burst = l.Burst
+	}
+	return rate, burst
+}
+
 // Default returns the configuration used for every key that neither the
 // file nor the environment sets. Database.URL has no default. Each call
 // returns fresh slices, so callers may modify the result.
 func Default() Config {
 	return Config{
-		HTTP:     HTTP{Addr: ":8080", MaxBodyBytes: 1 << 20},
-		GRPC:     GRPC{Addr: ":9090", Reflection: true},
+		HTTP: HTTP{
+			Addr:                ":8080",
+			MaxBodyBytes:        1 << 20,
+			ReadHeaderTimeout:   10 * time.Second,
+			ReadTimeout:         30 * time.Second,
+			IdleTimeout:         2 * time.Minute,
+			MaxConcurrentBodies: 64,
+		},
+		GRPC:     GRPC{Addr: ":9090", Reflection: true, MaxConcurrentStreams: 256},
 		Database: Database{MaxConns: 16},
 		Limits: Limits{
 			MaxInflight: 512,

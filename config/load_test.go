@@ -36,8 +36,13 @@ func TestEnvNames(t *testing.T) {
 	want := []string{
 		"SHEBA_HTTP_ADDR",
 		"SHEBA_HTTP_MAX_BODY_BYTES",
+		"SHEBA_HTTP_READ_HEADER_TIMEOUT",
+		"SHEBA_HTTP_READ_TIMEOUT",
+		"SHEBA_HTTP_IDLE_TIMEOUT",
+		"SHEBA_HTTP_MAX_CONCURRENT_BODIES",
 		"SHEBA_GRPC_ADDR",
 		"SHEBA_GRPC_REFLECTION",
+		"SHEBA_GRPC_MAX_CONCURRENT_STREAMS",
 		"SHEBA_DATABASE_URL",
 		"DATABASE_URL",
 		"SHEBA_DATABASE_MAX_CONNS",
@@ -46,6 +51,8 @@ func TestEnvNames(t *testing.T) {
 		"SHEBA_LIMITS_BURST",
 		"SHEBA_LIMITS_PER_KEY_RATE",
 		"SHEBA_LIMITS_PER_KEY_BURST",
+		"SHEBA_LIMITS_ANONYMOUS_RATE",
+		"SHEBA_LIMITS_ANONYMOUS_BURST",
 		"SHEBA_LIMITS_TIMEOUT",
 		"SHEBA_LIMITS_ADAPTIVE",
 		"SHEBA_LIMITS_MIN_INFLIGHT",
@@ -96,8 +103,8 @@ func TestLoadFile(t *testing.T) {
 		{
 			name: "every key",
 			file: `
-http: { addr: "127.0.0.1:8081", max_body_bytes: 2048 }
-grpc: { addr: "127.0.0.1:9091", reflection: false }
+http: { addr: "127.0.0.1:8081", max_body_bytes: 2048, read_header_timeout: 2s, read_timeout: 3s, idle_timeout: 4s, max_concurrent_bodies: 5 }
+grpc: { addr: "127.0.0.1:9091", reflection: false, max_concurrent_streams: 6 }
 database: { url: "host=db dbname=sheba", max_conns: 4 }
 limits:
   max_inflight: 10
@@ -105,6 +112,8 @@ limits:
   burst: 20
   per_key_rate: 5
   per_key_burst: 2
+  anonymous_rate: 7.5
+  anonymous_burst: 8
   timeout: 1m30s
   adaptive: true
   min_inflight: 3
@@ -121,13 +130,17 @@ redis: { url: "redis://cache:6379/2", timeout: 8ms }
 `,
 			want: func(c *Config) {
 				*c = Config{
-					HTTP:     HTTP{Addr: "127.0.0.1:8081", MaxBodyBytes: 2048},
-					GRPC:     GRPC{Addr: "127.0.0.1:9091", Reflection: false},
+					HTTP: HTTP{
+						Addr: "127.0.0.1:8081", MaxBodyBytes: 2048,
+						ReadHeaderTimeout: 2 * time.Second, ReadTimeout: 3 * time.Second,
+						IdleTimeout: 4 * time.Second, MaxConcurrentBodies: 5,
+					},
+					GRPC:     GRPC{Addr: "127.0.0.1:9091", Reflection: false, MaxConcurrentStreams: 6},
 					Database: Database{URL: "host=db dbname=sheba", MaxConns: 4},
 					Limits: Limits{
 						MaxInflight: 10, Rate: 100.5, Burst: 20,
-						PerKeyRate: 5, PerKeyBurst: 2, Timeout: 90 * time.Second,
-						Adaptive: true, MinInflight: 3,
+						PerKeyRate: 5, PerKeyBurst: 2, AnonymousRate: 7.5, AnonymousBurst: 8,
+						Timeout: 90 * time.Second, Adaptive: true, MinInflight: 3,
 					},
 					Auth: Auth{
 						Keys:   []APIKey{testKey},
@@ -347,7 +360,7 @@ func TestLoadErrors(t *testing.T) {
 			name:    "unknown key",
 			file:    "limits:\n  max_inflite: 5\n",
 			wantKey: "limits.max_inflite",
-			wantMsg: "limits.max_inflite: unknown key (want one of max_inflight, rate, burst, per_key_rate, per_key_burst, timeout, adaptive, min_inflight)",
+			wantMsg: "limits.max_inflite: unknown key (want one of max_inflight, rate, burst, per_key_rate, per_key_burst, anonymous_rate, anonymous_burst, timeout, adaptive, min_inflight)",
 		},
 		{
 			name:    "unknown key in a list element",

@@ -32,8 +32,20 @@ func (c Config) check() *Error {
 	checks := []func() *Error{
 		func() *Error { return checkAddr("http.addr", c.HTTP.Addr) },
 		func() *Error { return atLeast("http.max_body_bytes", c.HTTP.MaxBodyBytes, 1) },
+		func() *Error { return positive("http.read_header_timeout", c.HTTP.ReadHeaderTimeout) },
+		func() *Error { return positive("http.read_timeout", c.HTTP.ReadTimeout) },
+		func() *Error {
+			if c.HTTP.ReadTimeout < c.HTTP.ReadHeaderTimeout {
+				return bad("http.read_timeout", "must be at least http.read_header_timeout (%v), which it includes; got %v",
+					c.HTTP.ReadHeaderTimeout, c.HTTP.ReadTimeout)
+			}
+			return nil
+		},
+		func() *Error { return positive("http.idle_timeout", c.HTTP.IdleTimeout) },
+		func() *Error { return atLeast("http.max_concurrent_bodies", c.HTTP.MaxConcurrentBodies, 1) },
 		func() *Error { return checkAddr("grpc.addr", c.GRPC.Addr) },
 		func() *Error { return checkAddrsDiffer(c.HTTP.Addr, c.GRPC.Addr) },
+		func() *Error { return atLeast("grpc.max_concurrent_streams", c.GRPC.MaxConcurrentStreams, 1) },
 		func() *Error { return checkDatabaseURL(c.Database.URL) },
 		func() *Error { return atLeast("database.max_conns", c.Database.MaxConns, 1) },
 		func() *Error { return atLeast("limits.max_inflight", c.Limits.MaxInflight, 1) },
@@ -42,6 +54,22 @@ func (c Config) check() *Error {
 		func() *Error { return checkRate("limits.per_key_rate", c.Limits.PerKeyRate) },
 		func() *Error {
 			return checkBurst("limits.per_key_burst", c.Limits.PerKeyBurst, "limits.per_key_rate", c.Limits.PerKeyRate)
+		},
+		func() *Error {
+			if r := c.Limits.AnonymousRate; math.IsNaN(r) || math.IsInf(r, 0) || r < 0 {
+				return bad("limits.anonymous_rate", "must be a finite number, at least 0 (0 means the same as limits.rate), got %v", r)
+			}
+			return nil
+		},
+		func() *Error {
+			rate, burst := c.Limits.AnonymousLimit()
+			if c.Limits.AnonymousBurst < 0 {
+				return bad("limits.anonymous_burst", "must be at least 0 (0 means the same as limits.burst), got %d", c.Limits.AnonymousBurst)
+			}
+			if rate > 0 && burst < 1 {
+				return bad("limits.anonymous_burst", "must be at least 1 when the anonymous rate is above 0 (it is %v); set it or limits.burst", rate)
+			}
+			return nil
 		},
 		func() *Error { return positive("limits.timeout", c.Limits.Timeout) },
 		func() *Error { return checkMinInflight(c.Limits) },

@@ -22,6 +22,7 @@ func TestValidate(t *testing.T) {
 		{name: "both servers on port 0", change: func(c *Config) { c.HTTP.Addr, c.GRPC.Addr = "127.0.0.1:0", "127.0.0.1:0" }},
 		{name: "rate with burst", change: func(c *Config) { c.Limits.Rate, c.Limits.Burst = 0.5, 1 }},
 		{name: "per-key rate with burst", change: func(c *Config) { c.Limits.PerKeyRate, c.Limits.PerKeyBurst = 10, 10 }},
+		{name: "anonymous rate with the global burst", change: func(c *Config) { c.Limits.Rate, c.Limits.Burst, c.Limits.AnonymousRate = 5, 5, 1 }},
 		{
 			name: "keys",
 			change: func(c *Config) {
@@ -56,6 +57,36 @@ func TestValidate(t *testing.T) {
 			wantMsg: "http.max_body_bytes: must be at least 1, got 0",
 		},
 		{
+			name:    "http.read_header_timeout",
+			change:  func(c *Config) { c.HTTP.ReadHeaderTimeout = 0 },
+			wantKey: "http.read_header_timeout",
+			wantMsg: "http.read_header_timeout: must be greater than 0, got 0s",
+		},
+		{
+			name:    "http.read_timeout",
+			change:  func(c *Config) { c.HTTP.ReadTimeout = -time.Second },
+			wantKey: "http.read_timeout",
+			wantMsg: "http.read_timeout: must be greater than 0, got -1s",
+		},
+		{
+			name:    "http.read_timeout shorter than the header timeout",
+			change:  func(c *Config) { c.HTTP.ReadHeaderTimeout, c.HTTP.ReadTimeout = 5*time.Second, 2*time.Second },
+			wantKey: "http.read_timeout",
+			wantMsg: "http.read_timeout: must be at least http.read_header_timeout (5s), which it includes; got 2s",
+		},
+		{
+			name:    "http.idle_timeout",
+			change:  func(c *Config) { c.HTTP.IdleTimeout = 0 },
+			wantKey: "http.idle_timeout",
+			wantMsg: "http.idle_timeout: must be greater than 0, got 0s",
+		},
+		{
+			name:    "http.max_concurrent_bodies",
+			change:  func(c *Config) { c.HTTP.MaxConcurrentBodies = 0 },
+			wantKey: "http.max_concurrent_bodies",
+			wantMsg: "http.max_concurrent_bodies: must be at least 1, got 0",
+		},
+		{
 			name:    "grpc.addr",
 			change:  func(c *Config) { c.GRPC.Addr = "" },
 			wantKey: "grpc.addr",
@@ -66,6 +97,12 @@ func TestValidate(t *testing.T) {
 			change:  func(c *Config) { c.GRPC.Addr = ":8080" },
 			wantKey: "grpc.addr",
 			wantMsg: `grpc.addr: must differ from http.addr, both are ":8080"`,
+		},
+		{
+			name:    "grpc.max_concurrent_streams",
+			change:  func(c *Config) { c.GRPC.MaxConcurrentStreams = 0 },
+			wantKey: "grpc.max_concurrent_streams",
+			wantMsg: "grpc.max_concurrent_streams: must be at least 1, got 0",
 		},
 		{
 			name:    "database.url empty",
@@ -144,6 +181,24 @@ func TestValidate(t *testing.T) {
 			change:  func(c *Config) { c.Limits.PerKeyRate = 1 },
 			wantKey: "limits.per_key_burst",
 			wantMsg: "when limits.per_key_rate is above 0",
+		},
+		{
+			name:    "limits.anonymous_rate",
+			change:  func(c *Config) { c.Limits.AnonymousRate = -1 },
+			wantKey: "limits.anonymous_rate",
+			wantMsg: "limits.anonymous_rate: must be a finite number, at least 0 (0 means the same as limits.rate), got -1",
+		},
+		{
+			name:    "limits.anonymous_burst negative",
+			change:  func(c *Config) { c.Limits.AnonymousBurst = -2 },
+			wantKey: "limits.anonymous_burst",
+			wantMsg: "limits.anonymous_burst: must be at least 0 (0 means the same as limits.burst), got -2",
+		},
+		{
+			name:    "limits.anonymous_burst missing with an anonymous rate",
+			change:  func(c *Config) { c.Limits.AnonymousRate = 3 },
+			wantKey: "limits.anonymous_burst",
+			wantMsg: "must be at least 1 when the anonymous rate is above 0 (it is 3)",
 		},
 		{
 			name:    "limits.timeout",

@@ -32,7 +32,7 @@ func (s *accountServer) CreateAccount(ctx context.Context, req *shebav1.CreateAc
 	if err := v.err(); err != nil {
 		return nil, err
 	}
-	hash, err := s.hasher.hash(req.GetPassword())
+	hash, err := s.hasher.hash(ctx, req.GetPassword())
 	if err != nil {
 		return nil, s.errs.toStatus(ctx, "create account", err, errMsgs{})
 	}
@@ -61,14 +61,12 @@ func (s *accountServer) Login(ctx context.Context, req *shebav1.LoginRequest) (*
 		return nil, err
 	}
 	a, err := s.store.GetAccountByUsername(ctx, req.GetUsername())
-	if errors.Is(err, store.ErrNotFound) {
-		s.hasher.burn(req.GetPassword())
-		return nil, errLoginFailed
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return nil, s.errs.toStatus(ctx, "login", err, errMsgs{})
 	}
-	ok, err := s.hasher.verify(req.GetPassword(), a.PasswordHash)
+	// An unknown username (a.PasswordHash "") is verified against the
+	// dummy hash: the same wait for a slot, the same work, the same answer.
+	ok, err := s.hasher.verify(ctx, req.GetPassword(), a.PasswordHash)
 	if err != nil {
 		return nil, s.errs.toStatus(ctx, "login", err, errMsgs{})
 	}

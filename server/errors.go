@@ -49,6 +49,8 @@ var errorTable = []errorRule{
 	{err: store.ErrConflict, answer: func(m errMsgs) error { return m.conflict }},
 	{err: context.DeadlineExceeded, answer: fixed(errDeadline)},
 	{err: context.Canceled, answer: fixed(errCanceled)},
+	// Shed by the password hasher: its answer stands.
+	{err: errHashBusy, answer: fixed(errHashBusy)},
 	// Say what is wrong without the driver's text: the client should retry
 	// later, not report a bug.
 	{err: store.ErrUnavailable, answer: fixed(errDatabaseDown), warn: true},

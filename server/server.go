@@ -42,7 +42,7 @@ func New(st *store.Store, opts Options) (*Services, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	hasher, err := newPasswordHasher(defaultHashParams())
+	hasher, err := newPasswordHasher(defaultHashParams(), defaultHashLimits())
 	if err != nil {
 		return nil, err
 	}

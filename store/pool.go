@@ -3,8 +3,12 @@ package store
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/exaring/otelpgx"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/attribute"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
@@ -12,16 +16,58 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 )
 
+// PoolOption configures OpenPool.
+type PoolOption func(*pgxpool.Config)
+
+// WithStatementTimeout makes the server cancel any statement that runs
+// longer than d (Postgres statement_timeout on every connection of the
+// pool), a backstop under the request's own deadline: a query never
+// outlives the longest request, even if the cancel request sent at the
+// deadline is lost. d is rounded up to whole milliseconds; 0 leaves the
+// server's setting.
+func WithStatementTimeout(d time.Duration) PoolOption {
+	return func(c *pgxpool.Config) {
+		if d > 0 {
+			ms := (d + time.Millisecond - 1) / time.Millisecond
+			c.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(int64(ms), 10)
+		}
+	}
+}
+
+// cancelFallback is how long a query whose context ended may wait for the
+// answer to its cancel request before its connection is cut: a cancel
+// crosses the network twice.
+const cancelFallback = 2 * time.Second
+
+// cancelHandler returns the pgconn handler of an ended context: a cancel
+// request sent at once, and the connection's deadline set fallback later
+// in case no answer comes (the cancel was lost, or the server is gone).
+func cancelHandler(fallback time.Duration) func(*pgconn.PgConn) ctxwatch.Handler {
+	return func(c *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: fallback}
+	}
+}
+
 // OpenPool returns a pool of at most maxConns connections to the database at
 // url, with a span for every query traced to tp (db.system postgresql; the
 // statement is recorded, its arguments never are). It connects lazily, so it
 // succeeds while Postgres is down.
-func OpenPool(ctx context.Context, url string, maxConns int32, tp trace.TracerProvider) (*pgxpool.Pool, error) {
+//
+// A query whose context ends is cancelled with a Postgres cancel request
+// rather than by closing its connection (pgx's default), so a timeout does
+// not cost the pool a connection that must then be opened again
+// (docs/operations.md#slow-database): under a slow database that is when new
+// connections are dearest.
+func OpenPool(ctx context.Context, url string, maxConns int32, tp trace.TracerProvider, opts ...PoolOption) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse database url: %w", err)
 	}
 	cfg.MaxConns = maxConns
+	cfg.ConnConfig.BuildContextWatcherHandler = cancelHandler(cancelFallback)
+	for _, o := range opts {
+		o(cfg)
+	}
 	// With tracing off there is no tracer at all: otelpgx would still
 	// run on every query against a no-op provider.
 	if _, off := tp.(tracenoop.TracerProvider); !off {

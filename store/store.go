@@ -34,6 +34,9 @@ const (
 	codeUniqueViolation     = "23505"
 	codeForeignKeyViolation = "23503"
 	codeInvalidTextRep      = "22P02"
+	// query_canceled: the cancel request sent when a query's context
+	// ended, or statement_timeout.
+	codeQueryCanceled = "57014"
 )
 
 // querier is what the store's methods run their SQL on: the pool, or the
@@ -159,6 +162,10 @@ func translate(err error) error {
 		return err
 	}
 	switch pgErr.Code {
+	case codeQueryCanceled:
+		// A query cancelled at its deadline, or by statement_timeout, ran
+		// out of time: the caller's deadline, not a fault.
+		return fmt.Errorf("%w: %s", context.DeadlineExceeded, pgErr.Message)
 	case codeUniqueViolation:
 		return fmt.Errorf("%w: %s", ErrConflict, pgErr.ConstraintName)
 	case codeForeignKeyViolation:

@@ -74,8 +74,8 @@ type chainDeps struct {
 //     logged with its stack, and is still logged and counted.
 //   - auth: cheap, and gives the caller id to everything after it; then
 //     identify copies it where the log, the metrics and the span see it.
-//   - global rate, then per-key rate: a call over its rate never takes an
-//     in-flight slot.
+//   - global rate (anonymous callers in a bucket of their own), then per-key
+//     rate: a call over its rate never takes an in-flight slot.
 //   - concurrency: sheds at once what exceeds limits.max_inflight (or the
 //     adaptive limit), and measures the latency of what it admits.
 //   - timeout: so only the handler's time, its idempotency transaction

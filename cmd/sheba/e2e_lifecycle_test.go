@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -25,11 +26,13 @@ import (
 
 // tcpProxy forwards TCP connections from a local port to a target; cut
 // makes the target look down (open connections die, new ones are refused)
-// until restore listens again on the same port. It is safe for concurrent
-// use.
+// until restore listens again on the same port, and setLatency delays
+// every byte each way. It is safe for concurrent use.
 type tcpProxy struct {
 	target string
 	addr   string // the proxy's own host:port, the same across cuts
+
+	latency atomic.Int64 // nanoseconds each way
 
 	mu    sync.Mutex
 	lis   net.Listener // nil while cut
@@ -94,9 +97,63 @@ func (p *tcpProxy) forward(lis net.Listener, c net.Conn) {
 		})
 	}
 	var wg sync.WaitGroup
-	wg.Go(func() { _, _ = io.Copy(up, c); closeBoth() })
-	wg.Go(func() { _, _ = io.Copy(c, up); closeBoth() })
+	wg.Go(func() { p.copy(up, c); closeBoth() })
+	wg.Go(func() { p.copy(c, up); closeBoth() })
 	wg.Wait()
+}
+
+// setLatency delays every byte by d in each direction, from now on.
+func (p *tcpProxy) setLatency(d time.Duration) { p.latency.Store(int64(d)) }
+
+// copy copies src to dst, each chunk held until the latency has passed
+// since it was read; chunks read meanwhile queue behind it, so the delay
+// does not cut the throughput, as on a long link. When src ends, what is
+// still held is dropped: the connection is being closed.
+func (p *tcpProxy) copy(dst io.Writer, src io.Reader) {
+	type chunk struct {
+		data []byte
+		due  time.Time
+	}
+	queue := make(chan chunk, 1024)
+	ended := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			var c chunk
+			select {
+			case c = <-queue:
+			case <-ended:
+				return
+			}
+			select {
+			case <-time.After(time.Until(c.due)):
+			case <-ended:
+				return
+			}
+			if _, err := dst.Write(c.data); err != nil {
+				return
+			}
+		}
+	}()
+	defer func() {
+		close(ended)
+		<-done
+	}()
+	for {
+		buf := make([]byte, 32<<10)
+		n, err := src.Read(buf)
+		if n > 0 {
+			select {
+			case queue <- chunk{data: buf[:n], due: time.Now().Add(time.Duration(p.latency.Load()))}:
+			case <-done:
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 // cut closes the listener and every open connection: the database is gone.

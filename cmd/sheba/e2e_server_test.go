@@ -126,12 +126,6 @@ func startTestEnv(t testing.TB, setup envSetup) *testEnv {
 	if tp == nil {
 		tp = tracenoop.NewTracerProvider()
 	}
-	pool, err := store.OpenPool(context.Background(), url, 8, tp)
-	if err != nil {
-		t.Fatalf("pool: %v", err)
-	}
-	t.Cleanup(pool.Close)
-
 	cfg := config.Default()
 	cfg.Database.URL = url
 	cfg.Shutdown.Timeout = 10 * time.Second
@@ -139,12 +133,24 @@ func startTestEnv(t testing.TB, setup envSetup) *testEnv {
 	for _, m := range setup.mutate {
 		m(&cfg)
 	}
+	pool, err := store.OpenPool(context.Background(), url, min(cfg.Database.MaxConns, 8), tp, store.WithStatementTimeout(cfg.Limits.Timeout))
+	if err != nil {
+		t.Fatalf("pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	healthPool, err := store.OpenPool(context.Background(), url, 1, tracenoop.NewTracerProvider())
+	if err != nil {
+		t.Fatalf("health pool: %v", err)
+	}
+	t.Cleanup(healthPool.Close)
+
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx, cancel := context.WithCancel(context.Background())
 	deps := serviceDeps{
 		store:          store.New(pool),
 		pool:           pool,
+		healthStore:    store.New(healthPool),
 		healthInterval: 500 * time.Millisecond,
 	}
 	if setup.tp != nil {

@@ -29,32 +29,45 @@ type rateLimits struct {
 // (docs/configuration.md#redis). It connects nowhere: a Redis that is down
 // at start is found out by the first decision.
 func newRateLimits(l config.Limits, r config.Redis, keyIDs []string, log *slog.Logger, tp trace.TracerProvider) (rateLimits, error) {
-	var rl rateLimits
+	// The global limit is two buckets: one for callers with a key, and one
+	// for anonymous callers of public methods, so that a flood of those
+	// cannot starve the callers with a key.
+	var keyed, anonymous ratelimit.Limiter
+	anonRate, anonBurst := l.AnonymousLimit()
 	if l.Rate > 0 {
-		rl.global = ratelimit.NewBucket(l.Rate, l.Burst)
+		keyed = ratelimit.NewBucket(l.Rate, l.Burst)
 	}
+	if anonRate > 0 {
+		anonymous = ratelimit.NewBucket(anonRate, anonBurst)
+	}
+	var rl rateLimits
 	if l.PerKeyRate > 0 {
 		rl.perKey = ratelimit.NewPerKey(l.PerKeyRate, l.PerKeyBurst, keyIDs, apikey.IDFromContext)
 	}
-	if r.URL == "" || (rl.global == nil && rl.perKey == nil) {
-		return rl, nil
-	}
-	client, err := redislimit.NewClient(r.URL, r.Timeout)
-	if err != nil {
-		// The URL may hold a password: the parser's message is left out.
-		return rateLimits{}, fmt.Errorf("redis.url does not parse")
-	}
-	if tp != nil {
-		if err := redisotel.InstrumentTracing(client, redisotel.WithTracerProvider(tp)); err != nil {
-			return rateLimits{}, fmt.Errorf("redis tracing: %w", err)
+	if r.URL != "" && (keyed != nil || anonymous != nil || rl.perKey != nil) {
+		client, err := redislimit.NewClient(r.URL, r.Timeout)
+		if err != nil {
+			// The URL may hold a password: the parser's message is left out.
+			return rateLimits{}, fmt.Errorf("redis.url does not parse")
+		}
+		if tp != nil {
+			if err := redisotel.InstrumentTracing(client, redisotel.WithTracerProvider(tp)); err != nil {
+				return rateLimits{}, fmt.Errorf("redis tracing: %w", err)
+			}
+		}
+		rl.backend = redislimit.New(client, redislimit.WithTimeout(r.Timeout), redislimit.WithLogger(log))
+		if keyed != nil {
+			keyed = rl.backend.Limiter("global", l.Rate, l.Burst, redislimit.Global(), keyed)
+		}
+		if anonymous != nil {
+			anonymous = rl.backend.Limiter("anonymous", anonRate, anonBurst, redislimit.Global(), anonymous)
+		}
+		if rl.perKey != nil {
+			rl.perKey = rl.backend.Limiter("key", l.PerKeyRate, l.PerKeyBurst, redislimit.PerKey(keyIDs, apikey.IDFromContext), rl.perKey)
 		}
 	}
-	rl.backend = redislimit.New(client, redislimit.WithTimeout(r.Timeout), redislimit.WithLogger(log))
-	if rl.global != nil {
-		rl.global = rl.backend.Limiter("global", l.Rate, l.Burst, redislimit.Global(), rl.global)
-	}
-	if rl.perKey != nil {
-		rl.perKey = rl.backend.Limiter("key", l.PerKeyRate, l.PerKeyBurst, redislimit.PerKey(keyIDs, apikey.IDFromContext), rl.perKey)
+	if keyed != nil || anonymous != nil {
+		rl.global = ratelimit.NewSplit(keyed, anonymous, apikey.IDFromContext)
 	}
 	return rl, nil
 }

@@ -17,6 +17,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/shebasvc/sheba/config"
 	"github.com/shebasvc/sheba/gen/openapiv2"
 	"github.com/shebasvc/sheba/store"
@@ -145,13 +147,31 @@ func serve(ctx context.Context, args []string, lookup func(string) (string, bool
 			log.Warn("flushing traces", "error", err)
 		}
 	}()
-	pool, err := store.OpenPool(ctx, cfg.Database.URL, cfg.Database.MaxConns, tp)
+	// No query outlives the longest request (docs/operations.md#slow-database).
+	pool, err := store.OpenPool(ctx, cfg.Database.URL, cfg.Database.MaxConns, tp, store.WithStatementTimeout(cfg.Limits.Timeout))
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
+	// The health check has a connection of its own: a busy business pool
+	// must not make its ping wait in the pool's queue, and the replica look
+	// down when the database is only slow. Its pings are not traced. A ping
+	// that times out is cancelled like any query, keeping the connection: a
+	// new one costs several round trips and the authentication, which on a
+	// loaded machine can outlast the next ping's deadline too.
+	healthPool, err := store.OpenPool(ctx, cfg.Database.URL, 1, tracenoop.NewTracerProvider(),
+		store.WithStatementTimeout(healthPingTimeout))
+	if err != nil {
+		return err
+	}
+	defer healthPool.Close()
 
-	srv, err := newService(ctx, cfg, log, serviceDeps{store: store.New(pool), pool: pool, tracerProvider: tp})
+	srv, err := newService(ctx, cfg, log, serviceDeps{
+		store:          store.New(pool),
+		healthStore:    store.New(healthPool),
+		pool:           pool,
+		tracerProvider: tp,
+	})
 	if err != nil {
 		return err
 	}

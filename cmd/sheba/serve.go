@@ -22,11 +22,13 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
 	"github.com/shebasvc/sheba/config"
 	"github.com/shebasvc/sheba/interceptors/apikey"
 	"github.com/shebasvc/sheba/interceptors/concurrency"
+	"github.com/shebasvc/sheba/interceptors/drain"
 	"github.com/shebasvc/sheba/interceptors/idempotency"
 	"github.com/shebasvc/sheba/interceptors/metrics"
 	"github.com/shebasvc/sheba/server"
@@ -44,6 +46,7 @@ type service struct {
 	rate     rateLimits
 	shutdown config.Shutdown
 	health   *health.Checker
+	streams  *drain.Drainer
 	grpc     *grpc.Server
 	http     *http.Server
 	// reapKeys deletes expired idempotency records until its context ends.
@@ -59,6 +62,10 @@ type serviceDeps struct {
 	// webhookOptions, if set, changes the webhook runner's options (tests
 	// shorten its intervals).
 	webhookOptions func(*webhooks.Options)
+	// healthStore is what the health check pings: a pool of its own, so
+	// that a saturated business pool does not look like a database that
+	// is down. Nil means store.
+	healthStore *store.Store
 	// tracerProvider gets the spans of every call; nil means no tracing.
 	tracerProvider trace.TracerProvider
 	// healthInterval is how often the database is pinged (default 2s).
@@ -73,6 +80,9 @@ type serviceDeps struct {
 func newService(ctx context.Context, cfg config.Config, log *slog.Logger, d serviceDeps) (*service, error) {
 	if d.healthInterval == 0 {
 		d.healthInterval = 2 * time.Second
+	}
+	if d.healthStore == nil {
+		d.healthStore = d.store
 	}
 	// With tracing off, the instrumentation is left out rather than run
 	// against a no-op provider: it allocates on every call all the same.
@@ -97,7 +107,7 @@ func newService(ctx context.Context, cfg config.Config, log *slog.Logger, d serv
 	if err != nil {
 		return nil, err
 	}
-	checker := health.NewChecker(d.store.Ping, d.healthInterval, server.ServiceNames())
+	checker := health.NewChecker(d.healthStore.Ping, d.healthInterval, server.ServiceNames())
 
 	m, err := metrics.New(registry, server.Methods())
 	if err != nil {
@@ -136,7 +146,8 @@ func newService(ctx context.Context, cfg config.Config, log *slog.Logger, d serv
 		hook:       d.hook,
 	})
 
-	grpcServer := newGRPCServer(cfg.GRPC, cfg.HTTP.MaxBodyBytes, chain, d.tracerProvider)
+	streams := drain.New()
+	grpcServer := newGRPCServer(cfg, chain, streams, d.tracerProvider)
 	services.Register(grpcServer)
 	healthpb.RegisterHealthServer(grpcServer, checker.Service())
 	if cfg.GRPC.Reflection {
@@ -147,9 +158,10 @@ func newService(ctx context.Context, cfg config.Config, log *slog.Logger, d serv
 	channel := gateway.NewChannel(chain)
 	services.Register(channel)
 	rest, err := gateway.New(ctx, channel, gateway.Options{
-		MaxBodyBytes:     cfg.HTTP.MaxBodyBytes,
-		CompressMinBytes: cfg.Compression.MinBytes,
-		TracerProvider:   d.tracerProvider,
+		MaxBodyBytes:        cfg.HTTP.MaxBodyBytes,
+		MaxConcurrentBodies: cfg.HTTP.MaxConcurrentBodies,
+		CompressMinBytes:    cfg.Compression.MinBytes,
+		TracerProvider:      d.tracerProvider,
 	})
 	if err != nil {
 		return nil, err
@@ -167,8 +179,9 @@ func newService(ctx context.Context, cfg config.Config, log *slog.Logger, d serv
 		rate:     rate,
 		shutdown: cfg.Shutdown,
 		health:   checker,
+		streams:  streams,
 		grpc:     grpcServer,
-		http:     newHTTPServer(handler, log),
+		http:     newHTTPServer(cfg.HTTP, handler, log),
 		reapKeys: func(ctx context.Context) {
 			idempotency.Reap(ctx, d.store, idempotency.ReapInterval(cfg.Idempotency.TTL), log)
 		},
@@ -212,9 +225,10 @@ func newAuthenticator(c config.Auth, m *metrics.Metrics) (*apikey.Authenticator,
 }
 
 // newGRPCServer returns the grpc.Server with the chain on the sheba.v1
-// services, messages bounded to maxMsg bytes, and a span per call when tp is
-// not nil.
-func newGRPCServer(_ config.GRPC, maxMsg int64, chain grpc.UnaryServerInterceptor, tp trace.TracerProvider) *grpc.Server {
+// services, messages bounded to http.max_body_bytes, the limits of
+// grpcLimits, every stream ended by streams at shutdown, and a span per call
+// when tp is not nil.
+func newGRPCServer(cfg config.Config, chain grpc.UnaryServerInterceptor, streams *drain.Drainer, tp trace.TracerProvider) *grpc.Server {
 	business := map[string]bool{}
 	for _, name := range server.ServiceNames() {
 		business[name] = true
@@ -226,8 +240,12 @@ func newGRPCServer(_ config.GRPC, maxMsg int64, chain grpc.UnaryServerIntercepto
 		grpc.UnaryInterceptor(selector.UnaryServerInterceptor(chain, selector.MatchFunc(
 			func(_ context.Context, c interceptors.CallMeta) bool { return business[c.Service] },
 		))),
-		grpc.MaxRecvMsgSize(int(maxMsg)),
+		// Streams (health Watch, reflection) never end by themselves:
+		// shutdown ends them so that the drain can finish.
+		grpc.StreamInterceptor(streams.StreamServerInterceptor()),
+		grpc.MaxRecvMsgSize(int(cfg.HTTP.MaxBodyBytes)),
 	}
+	opts = append(opts, grpcLimits(cfg.GRPC, cfg.Limits.Timeout)...)
 	if tp != nil {
 		opts = append(opts, grpc.StatsHandler(otelgrpc.NewServerHandler(
 			otelgrpc.WithTracerProvider(tp),
@@ -239,14 +257,60 @@ func newGRPCServer(_ config.GRPC, maxMsg int64, chain grpc.UnaryServerIntercepto
 	return grpc.NewServer(opts...)
 }
 
+// healthPingTimeout is the statement timeout of the health check's
+// connection: the check gives each ping its interval at most (2 s).
+const healthPingTimeout = 2 * time.Second
+
+// maxHeaderBytes bounds the headers of an HTTP request and the metadata of a
+// gRPC call alike (grpc-go's default is 16 MiB).
+const maxHeaderBytes = 64 << 10
+
+// grpcLimits are the connection limits of the gRPC server
+// (docs/operations.md#slow-clients):
+//
+//   - grpc.max_concurrent_streams: a connection carries at most that many
+//     calls at once. grpc-go's default is no limit, which also turns off its
+//     cap on HTTP/2 rapid resets (it is derived from this value).
+//   - metadata of a call at most 64 KiB, like HTTP headers.
+//   - keepalive enforcement: a client may ping every 10 s at most (grpc-go's
+//     default of 5 min closes clients that use the common 10–60 s keepalive
+//     settings with too_many_pings), also with no call open, so an idle but
+//     kept-alive connection survives; one that pings faster is closed.
+//   - a connection is closed gracefully after about 30 min (grpc-go adds
+//     ±10% jitter), so clients spread over new replicas after a scale-up;
+//     its calls get the longest business deadline (limits.timeout) plus 5 s
+//     to finish, so no call is cut by it.
+//   - the server pings a connection idle for 1 min and closes it if no
+//     answer comes within 20 s, so a vanished client does not hold its
+//     streams.
+func grpcLimits(c config.GRPC, callTimeout time.Duration) []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxConcurrentStreams(uint32(c.MaxConcurrentStreams)),
+		grpc.MaxHeaderListSize(maxHeaderBytes),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+			MinTime:             10 * time.Second,
+			PermitWithoutStream: true,
+		}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionAge:      30 * time.Minute,
+			MaxConnectionAgeGrace: callTimeout + 5*time.Second,
+			Time:                  time.Minute,
+			Timeout:               20 * time.Second,
+		}),
+	}
+}
+
 // newHTTPServer returns the HTTP server of the REST gateway and the
-// operator endpoints.
-func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
+// operator endpoints, with the read deadlines of c: a client that sends its
+// headers or its whole request too slowly is cut
+// (docs/operations.md#slow-clients).
+func newHTTPServer(c config.HTTP, h http.Handler, log *slog.Logger) *http.Server {
 	return &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
+		ReadHeaderTimeout: c.ReadHeaderTimeout,
+		ReadTimeout:       c.ReadTimeout,
+		IdleTimeout:       c.IdleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 }
@@ -349,6 +413,9 @@ func (s *service) stop() error {
 	case <-ctx.Done():
 	}
 	s.health.EndWatches()
+	// Reflection streams (and any other) do not watch the health server:
+	// they are ended here, every unary call still running to its end.
+	s.streams.End()
 
 	grpcDone := make(chan struct{})
 	go func() {

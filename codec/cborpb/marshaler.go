@@ -1,10 +1,12 @@
 package cborpb
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"reflect"
+	"sync"
 
 	"github.com/fxamacker/cbor/v2"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -36,18 +38,39 @@ func mustEncMode() cbor.EncMode {
 }
 
 func mustDecMode() cbor.DecMode {
-	dm, err := cbor.DecOptions{
-		DupMapKey:       cbor.DupMapKeyEnforcedAPF,
-		MaxNestedLevels: maxNesting,
-		DefaultMapType:  reflect.TypeFor[map[string]any](),
-		// Tags 0 and 1 become time.Time; other tags stay cbor.Tag and
-		// are then rejected as a value of the wrong type.
-		TimeTagToAny: cbor.TimeTagToTime,
-	}.DecMode()
+	dm, err := decOptions(DecodeLimits{}).DecMode()
 	if err != nil {
 		panic(err)
 	}
 	return dm
+}
+
+func decOptions(l DecodeLimits) cbor.DecOptions {
+	return cbor.DecOptions{
+		DupMapKey:        cbor.DupMapKeyEnforcedAPF,
+		MaxNestedLevels:  cmp.Or(l.MaxNesting, maxNesting),
+		MaxArrayElements: l.MaxArrayElements,
+		MaxMapPairs:      l.MaxMapPairs,
+		DefaultMapType:   reflect.TypeFor[map[string]any](),
+		// Tags 0 and 1 become time.Time; other tags stay cbor.Tag and
+		// are then rejected as a value of the wrong type.
+		TimeTagToAny: cbor.TimeTagToTime,
+	}
+}
+
+// DecodeLimits bound the CBOR a Marshaler decodes. They are checked while
+// the input is scanned, before any of it is turned into values, so an input
+// over them costs no more than reading it. Zero means fxamacker/cbor's
+// default for that limit (131,072 array elements and map pairs), and 64 for
+// MaxNesting.
+type DecodeLimits struct {
+	// MaxNesting is how deep maps, arrays and tags may nest: 4 to 65535.
+	MaxNesting int
+	// MaxArrayElements is the most elements in one array: 16 to
+	// 2147483647.
+	MaxArrayElements int
+	// MaxMapPairs is the most pairs in one map: 16 to 2147483647.
+	MaxMapPairs int
 }
 
 // Marshaler is a runtime.Marshaler for application/cbor. The zero value is
@@ -60,6 +83,28 @@ type Marshaler struct {
 	// Resolver finds the message types named in google.protobuf.Any;
 	// nil means protoregistry.GlobalTypes.
 	Resolver protoregistry.MessageTypeResolver
+	// Limits bound what Unmarshal decodes. A server decoding requests
+	// should set them as tight as its messages allow. Invalid limits make
+	// every Unmarshal fail.
+	Limits DecodeLimits
+
+	decOnce sync.Once
+	dec     cbor.DecMode
+	decErr  error
+}
+
+// decMode returns the decoding mode of m's limits, built once.
+func (m *Marshaler) decMode() (cbor.DecMode, error) {
+	if m.Limits == (DecodeLimits{}) {
+		return decMode, nil
+	}
+	m.decOnce.Do(func() {
+		m.dec, m.decErr = decOptions(m.Limits).DecMode()
+		if m.decErr != nil {
+			m.decErr = fmt.Errorf("cborpb: limits: %w", m.decErr)
+		}
+	})
+	return m.dec, m.decErr
 }
 
 var _ runtime.Marshaler = (*Marshaler)(nil)
@@ -85,12 +130,16 @@ func (m *Marshaler) Marshal(v any) ([]byte, error) {
 // Unmarshal decodes data, which must hold exactly one CBOR data item, into
 // v. A proto.Message is reset first, as protojson does.
 func (m *Marshaler) Unmarshal(data []byte, v any) error {
+	dm, err := m.decMode()
+	if err != nil {
+		return err
+	}
 	msg, ok := v.(proto.Message)
 	if !ok {
-		return decMode.Unmarshal(data, v)
+		return dm.Unmarshal(data, v)
 	}
 	var tree any
-	if err := decMode.Unmarshal(data, &tree); err != nil {
+	if err := dm.Unmarshal(data, &tree); err != nil {
 		return fmt.Errorf("cborpb: %w", err)
 	}
 	if err := checkItems(data); err != nil {

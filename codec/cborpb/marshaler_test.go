@@ -657,3 +657,46 @@ func BenchmarkUnmarshal(b *testing.B) {
 		}
 	}
 }
+
+// TestDecodeLimits checks that Limits refuse inputs over them that the
+// defaults accept, and still accept what fits.
+func TestDecodeLimits(t *testing.T) {
+	tight := &cborpb.Marshaler{Limits: cborpb.DecodeLimits{MaxNesting: 4, MaxArrayElements: 16, MaxMapPairs: 16}}
+	pairs := map[string]any{"plan": "pro"}
+	for i := range 20 {
+		pairs[fmt.Sprintf("x%d", i)] = nil
+	}
+	long := make([]any, 17)
+	deep := any("pro")
+	for range 5 {
+		deep = []any{deep}
+	}
+	for _, tc := range []struct {
+		name string
+		in   any
+	}{
+		{"21 map pairs", pairs},
+		{"17 array elements", map[string]any{"plan": long}},
+		{"nested 6 deep", map[string]any{"plan": deep}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := enc(t, tc.in)
+			var tree any
+			if err := (&cborpb.Marshaler{}).Unmarshal(in, &tree); err != nil {
+				t.Fatalf("default limits refuse it: %v", err)
+			}
+			err := tight.Unmarshal(in, &shebav1.ListSubscriptionsRequest{})
+			if err == nil || !strings.Contains(err.Error(), "exceeded max") {
+				t.Errorf("got %v, want an error saying a limit is exceeded", err)
+			}
+		})
+	}
+	var got shebav1.ListSubscriptionsRequest
+	if err := tight.Unmarshal(enc(t, map[string]any{"plan": "pro", "pageSize": 10}), &got); err != nil || got.GetPlan() != "pro" {
+		t.Errorf("a valid request under tight limits: got %v, %v", &got, err)
+	}
+	bad := &cborpb.Marshaler{Limits: cborpb.DecodeLimits{MaxArrayElements: 1}}
+	if err := bad.Unmarshal(enc(t, map[string]any{}), &got); err == nil {
+		t.Error("invalid limits: Unmarshal succeeded, want an error")
+	}
+}

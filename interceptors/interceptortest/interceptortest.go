@@ -8,6 +8,7 @@ import (
 	"github.com/dunglas/httpsfv"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	rpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 )
@@ -78,4 +79,23 @@ func RateLimitFields(tb testing.TB, policy, current []string) (name string, q, w
 	}
 	name, _ = pi.Value.(string)
 	return name, param(pi.Params, "q"), param(pi.Params, "w"), param(ci.Params, "r"), param(ci.Params, "t")
+}
+
+// ReflectionStream opens a server-reflection stream on conn, as a dynamic
+// client (grpcurl, a gRPC UI) does, and returns it once it has answered a
+// first request: a stream that stays open until the client or the server
+// ends it.
+func ReflectionStream(tb testing.TB, conn grpc.ClientConnInterface) rpb.ServerReflection_ServerReflectionInfoClient {
+	tb.Helper()
+	refl, err := rpb.NewServerReflectionClient(conn).ServerReflectionInfo(tb.Context())
+	if err != nil {
+		tb.Fatalf("reflection stream: %v", err)
+	}
+	if err := refl.Send(&rpb.ServerReflectionRequest{MessageRequest: &rpb.ServerReflectionRequest_ListServices{}}); err != nil {
+		tb.Fatalf("reflection request: %v", err)
+	}
+	if _, err := refl.Recv(); err != nil {
+		tb.Fatalf("reflection answer: %v", err)
+	}
+	return refl
 }

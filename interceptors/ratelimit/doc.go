@@ -1,5 +1,7 @@
 // Package ratelimit rejects calls over a rate: a global token bucket over all
-// callers, and one bucket per API key.
+// callers, and one bucket per API key. Split gives anonymous callers (of
+// public methods, with no key) a bucket of their own, so they cannot starve
+// the callers with a key.
 //
 // It sits after authentication (the per-key limit needs the caller id) and
 // before the concurrency limit, so a call over its rate never takes an

@@ -189,3 +189,31 @@ func (p *PerKey) Allow(ctx context.Context) Decision {
 	}
 	return allow(lim, p.policy)
 }
+
+// Split sends the calls of anonymous callers (whose id is "") to one
+// limiter and every other call to another, so that a flood of
+// unauthenticated calls to public methods draws only on its own bucket and
+// cannot starve the callers with a key. It is safe for concurrent use if
+// its limiters are.
+type Split struct {
+	keyed, anonymous Limiter
+	id               func(ctx context.Context) string
+}
+
+// NewSplit returns a Split over keyed and anonymous; id reads the caller id
+// from a call's context. A nil limiter lets its calls pass.
+func NewSplit(keyed, anonymous Limiter, id func(ctx context.Context) string) *Split {
+	return &Split{keyed: keyed, anonymous: anonymous, id: id}
+}
+
+// Allow asks the limiter of the caller's kind.
+func (s *Split) Allow(ctx context.Context) Decision {
+	l := s.keyed
+	if s.id(ctx) == "" {
+		l = s.anonymous
+	}
+	if l == nil {
+		return Decision{Allowed: true}
+	}
+	return l.Allow(ctx)
+}

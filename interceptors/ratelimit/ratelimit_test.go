@@ -184,3 +184,35 @@ func TestTightest(t *testing.T) {
 		}
 	}
 }
+
+func TestSplit(t *testing.T) {
+	type ctxKey struct{}
+	id := func(ctx context.Context) string { s, _ := ctx.Value(ctxKey{}).(string); return s }
+	keyed := context.WithValue(t.Context(), ctxKey{}, "a")
+	anon := t.Context()
+	for _, test := range []struct {
+		name             string
+		keyed, anonymous ratelimit.Limiter
+		// wantKeyed and wantAnon are the answers to three calls of each
+		// kind, anonymous ones first.
+		wantKeyed, wantAnon [3]bool
+	}{
+		{"both limited", ratelimit.NewBucket(0.001, 2), ratelimit.NewBucket(0.001, 1), [3]bool{true, true, false}, [3]bool{true, false, false}},
+		{"anonymous unlimited", ratelimit.NewBucket(0.001, 1), nil, [3]bool{true, false, false}, [3]bool{true, true, true}},
+		{"keyed unlimited", nil, ratelimit.NewBucket(0.001, 1), [3]bool{true, true, true}, [3]bool{true, false, false}},
+	} {
+		t.Run(test.name, func(t *testing.T) {
+			s := ratelimit.NewSplit(test.keyed, test.anonymous, id)
+			var gotAnon, gotKeyed [3]bool
+			for i := range 3 {
+				gotAnon[i] = s.Allow(anon).Allowed
+			}
+			for i := range 3 {
+				gotKeyed[i] = s.Allow(keyed).Allowed
+			}
+			if gotAnon != test.wantAnon || gotKeyed != test.wantKeyed {
+				t.Errorf("got anonymous %v keyed %v, want %v and %v", gotAnon, gotKeyed, test.wantAnon, test.wantKeyed)
+			}
+		})
+	}
+}

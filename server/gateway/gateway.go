@@ -22,11 +22,21 @@ import (
 	"github.com/shebasvc/sheba/interceptors/reason"
 )
 
+// requestCBORLimits bound the CBOR request bodies: no request message has a
+// list or a map field, and none nests messages, so the smallest limits
+// fxamacker/cbor allows leave room for every valid body, and a body of
+// 100,000 items is refused while it is scanned, before it becomes a tree.
+var requestCBORLimits = cborpb.DecodeLimits{MaxNesting: 4, MaxArrayElements: 16, MaxMapPairs: 16}
+
 // Options configures the REST handler.
 type Options struct {
 	// MaxBodyBytes bounds a request body, as sent and after decompression:
 	// 413 beyond it.
 	MaxBodyBytes int64
+	// MaxConcurrentBodies bounds the request bodies read and decoded at
+	// once; a request that finds none free within a second is answered
+	// 429.
+	MaxConcurrentBodies int
 	// CompressMinBytes is the smallest answer that is compressed for a
 	// client that accepts gzip or zstd.
 	CompressMinBytes int
@@ -39,7 +49,8 @@ type Options struct {
 // calling the services over conn (a Channel, so that every call passes the
 // interceptor chain), behind the HTTP guards: 413 for a body over the limit,
 // 415 for a type it cannot decode, Accept negotiation between JSON and CBOR,
-// request decompression and answer compression.
+// request decompression and answer compression, and at most
+// MaxConcurrentBodies bodies read at once.
 func New(ctx context.Context, conn grpc.ClientConnInterface, o Options) (http.Handler, error) {
 	routes, err := newRouteTable(openapiv2.Document)
 	if err != nil {
@@ -65,7 +76,7 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, o Options) (http.Ha
 		runtime.WithMarshalerOption("application/json", json),
 		// CBOR for clients that ask for it (Content-Type or Accept), with
 		// the JSON mapping's shape.
-		runtime.WithMarshalerOption(cborpb.MediaType, markingMarshaler{&cborpb.Marshaler{}}),
+		runtime.WithMarshalerOption(cborpb.MediaType, markingMarshaler{&cborpb.Marshaler{Limits: requestCBORLimits}}),
 		runtime.WithIncomingHeaderMatcher(incomingHeader),
 		runtime.WithOutgoingHeaderMatcher(outgoingHeader),
 		runtime.WithErrorHandler(errorHandler),
@@ -109,6 +120,7 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, o Options) (http.Ha
 	if err != nil {
 		return nil, err
 	}
+	slots := newBodySlots(o.MaxConcurrentBodies)
 	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// The answer is JSON or CBOR by Accept: caches must key on it.
 		w.Header().Add("Vary", "Accept")
@@ -125,6 +137,11 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, o Options) (http.Ha
 		if answered {
 			return
 		}
+		r, release, answered := slots.acquire(gw, w, r)
+		if answered {
+			return
+		}
+		defer release()
 		codec.ServeHTTP(w, r)
 	})
 	if o.TracerProvider != nil {

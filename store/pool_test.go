@@ -1,0 +1,76 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/shebasvc/sheba/store"
+	"github.com/shebasvc/sheba/store/storetest"
+)
+
+// queryCanceled reports whether err is Postgres's query_canceled (57014),
+// which the store reads as context.DeadlineExceeded (TestTranslate).
+func queryCanceled(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "57014"
+}
+
+// TestCancelKeepsConnection checks that a query whose deadline passes is
+// cancelled on the server (query_canceled), while its
+// connection stays in the pool: five timed-out queries on a pool of one
+// open one connection in all (pgx's default handler closes the connection
+// each time, which made it six).
+func TestCancelKeepsConnection(t *testing.T) {
+	t.Parallel()
+	pool, err := store.OpenPool(t.Context(), storetest.NewDatabase(t), 1, tracenoop.NewTracerProvider())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(t.Context(), `SELECT 1`); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+		_, err := pool.Exec(ctx, `SELECT pg_sleep(10)`)
+		cancel()
+		if !queryCanceled(err) {
+			t.Fatalf("query %d past its deadline: got %v, want query_canceled", i, err)
+		}
+	}
+	if _, err := pool.Exec(t.Context(), `SELECT 1`); err != nil {
+		t.Fatalf("query after the timeouts: %v", err)
+	}
+	if got := pool.Stat().NewConnsCount(); got != 1 {
+		t.Errorf("got %d connections opened, want 1", got)
+	}
+}
+
+// TestStatementTimeout checks that the server itself ends a statement
+// that runs past the pool's statement timeout, whatever the context, and
+// that it is query_canceled.
+func TestStatementTimeout(t *testing.T) {
+	t.Parallel()
+	pool, err := store.OpenPool(t.Context(), storetest.NewDatabase(t), 1, tracenoop.NewTracerProvider(), store.WithStatementTimeout(150*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var setting string
+	if err := pool.QueryRow(t.Context(), `SHOW statement_timeout`).Scan(&setting); err != nil || setting != "150ms" {
+		t.Errorf("statement_timeout: got %q, %v, want 150ms", setting, err)
+	}
+	start := time.Now()
+	_, err = pool.Exec(t.Context(), `SELECT pg_sleep(10)`)
+	if !queryCanceled(err) {
+		t.Fatalf("statement past statement_timeout: got %v, want query_canceled", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("statement ran %v, want it ended by the 150ms statement_timeout", took)
+	}
+}

@@ -28,6 +28,7 @@ const usage = `usage:
   sheba migrate up|down|status [--config FILE]
                                             apply, revert one step, or list migrations
   sheba openapi                             print the OpenAPI document
+  sheba config check [--config FILE]        validate the configuration, connect nowhere
   sheba apikey new --id NAME                print a new API key and its config entry
   sheba version                             print version, commit and Go version
 The config file may also be given by SHEBA_CONFIG; every key can be set by
@@ -63,6 +64,8 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 		return err
 	case "apikey":
 		return apikey(rest, stdout)
+	case "config":
+		return configCmd(rest, lookup, stdout)
 	case "version":
 		if err := noArgs(flag.NewFlagSet(cmd, flag.ContinueOnError), rest); err != nil {
 			return err

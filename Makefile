@@ -84,7 +84,7 @@ CONTAINER ?= podman
 IMAGE ?= localhost/sheba
 IMAGE_DIR := bin/image
 
-.PHONY: image image-check
+.PHONY: image image-check deploy-check
 
 # The image: static sheba (version stamped) and grpc_health_probe, the CA
 # bundle of this machine, deploy/Containerfile; tagged $(IMAGE):$(VERSION)
@@ -111,3 +111,10 @@ image:
 # NOT_SERVING while it drains).
 image-check: image
 	bash scripts/pg.sh test -- bash scripts/image-check.sh $(IMAGE):$(VERSION)
+
+# Renders deploy/kubernetes (and its documented variant) with the pinned
+# kustomize and checks every object offline (deploy/kubecheck), then proves
+# the check fails on each broken overlay in deploy/kubecheck/testdata.
+deploy-check: build
+	$(GO) run ./deploy/kubecheck -sheba $(BIN) deploy/kubernetes deploy/kubecheck/testdata/ok-exec-readiness
+	$(GO) test -count=1 ./deploy/kubecheck

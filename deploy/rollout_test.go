@@ -292,11 +292,17 @@ func (b *lockedBuffer) String() string {
 
 // ------------------------------------------------------------------ HAProxy
 
-// haproxyConfig routes REST and gRPC to the replicas. Production settings
-// stay as they would be: requests are retried on another server when a
-// connection fails or closes before an answer, so a replica that goes away
-// at a bad moment costs a retry, not an error (the test then asserts that
-// none was needed).
+// haproxyConfig routes REST and gRPC to the replicas. HAProxy keeps
+// connections to each replica open between requests (HTTP/1 keep-alive to
+// the REST port, one multiplexed HTTP/2 connection to the gRPC port). Once
+// its checks mark a replica down it sends nothing new on them; sheba, at
+// the end of its drain, closes the idle HTTP ones and sends GOAWAY on the
+// HTTP/2 ones, which HAProxy then drops. The retry settings are those of
+// production: a request whose connection fails or closes before an answer
+// is sent again, to another server, so a replica that goes away at a bad
+// moment costs a retry and not an error. With drain_delay 0 that is what
+// keeps clients whole, and hides the problem, which is why the test
+// counts retries and redispatches too.
 var haproxyConfig = template.Must(template.New("haproxy").Parse(`
 global
     # The gRPC check runs grpc_health_probe, as a kubelet exec probe does.

@@ -61,7 +61,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			continue
 		}
 		if len(problems) > 0 {
-			fmt.Fprintf(stderr, "kubecheck: %s: %d problems:\n", dir, len(problems))
+			noun := "problems"
+			if len(problems) == 1 {
+				noun = "problem"
+			}
+			fmt.Fprintf(stderr, "kubecheck: %s: %d %s:\n", dir, len(problems), noun)
 			for _, p := range problems {
 				fmt.Fprintf(stderr, "  - %s\n", p)
 			}

@@ -62,10 +62,10 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 		}
 		_, err := io.WriteString(stdout, openapiv2.Document)
 		return err
-	case "apikey":
-		return apikey(rest, stdout)
 	case "config":
 		return configCmd(rest, lookup, stdout)
+	case "apikey":
+		return apikey(rest, stdout)
 	case "version":
 		if err := noArgs(flag.NewFlagSet(cmd, flag.ContinueOnError), rest); err != nil {
 			return err

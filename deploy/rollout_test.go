@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -96,11 +97,12 @@ func TestRollingRestart(t *testing.T) {
 		"SHEBA_AUTH_KEYS=" + keys, // the Secret's auth-keys, as in the cluster
 		"SHEBA_SHUTDOWN_DRAIN_DELAY=" + drainDelay.String(),
 	}
-	replicas := []*replica{newReplica(t, "a", sheba, env), newReplica(t, "b", sheba, env)}
+	p := ports{}
+	replicas := []*replica{newReplica(t, p, "a", sheba, env), newReplica(t, p, "b", sheba, env)}
 	for _, r := range replicas {
 		r.start(t)
 	}
-	lb := startHAProxy(t, dir, haproxy, probe, replicas)
+	lb := startHAProxy(t, p, dir, haproxy, probe, replicas)
 	for _, r := range replicas {
 		lb.waitUp(t, r.name)
 	}
@@ -192,14 +194,29 @@ func newAPIKey(t *testing.T) (key, keys string) {
 	return key, string(b)
 }
 
-func freePort(t *testing.T) int {
+// ports hands out distinct ports on 127.0.0.1 that nothing listens on,
+// below Linux's default ephemeral range (32768-60999): a replica starts
+// again on its ports, and an outgoing connection must not have taken one
+// as its local port meanwhile, as it may any port of that range.
+type ports map[int]bool
+
+func (p ports) free(t *testing.T) int {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 1000 {
+		port := 20000 + mrand.IntN(12000)
+		if p[port] {
+			continue
+		}
+		lis, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		lis.Close()
+		p[port] = true
+		return port
 	}
-	defer lis.Close()
-	return lis.Addr().(*net.TCPAddr).Port
+	t.Fatal("no free port in 20000-31999")
+	return 0
 }
 
 func sumFields(m map[string]string, keys ...string) int64 {
@@ -225,8 +242,8 @@ type replica struct {
 	done               chan struct{} // closed when cmd has exited
 }
 
-func newReplica(t *testing.T, name, bin string, env []string) *replica {
-	r := &replica{name: name, bin: bin, env: env, httpPort: freePort(t), grpcPort: freePort(t), logs: &lockedBuffer{}}
+func newReplica(t *testing.T, p ports, name, bin string, env []string) *replica {
+	r := &replica{name: name, bin: bin, env: env, httpPort: p.free(t), grpcPort: p.free(t), logs: &lockedBuffer{}}
 	t.Cleanup(func() {
 		if r.cmd != nil {
 			_ = r.cmd.Process.Kill()
@@ -360,11 +377,11 @@ type loadBalancer struct {
 	logs               *lockedBuffer
 }
 
-func startHAProxy(t *testing.T, dir, haproxy, probe string, replicas []*replica) *loadBalancer {
+func startHAProxy(t *testing.T, p ports, dir, haproxy, probe string, replicas []*replica) *loadBalancer {
 	t.Helper()
 	lb := &loadBalancer{
-		restAddr: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-		grpcAddr: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+		restAddr: fmt.Sprintf("127.0.0.1:%d", p.free(t)),
+		grpcAddr: fmt.Sprintf("127.0.0.1:%d", p.free(t)),
 		socket:   filepath.Join(dir, "haproxy.sock"),
 		logs:     &lockedBuffer{},
 	}

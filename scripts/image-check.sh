@@ -65,38 +65,37 @@ version=$("$sheba" version)
 log "$version"
 
 # ---- run it
-free_port() {
-	local port
-	while :; do
-		port=$((20000 + RANDOM % 40000))
-		(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || break
-	done
-	echo "$port"
-}
-http_port=$(free_port)
-grpc_port=$(free_port)
-[[ "$http_port" != "$grpc_port" ]] || grpc_port=$(free_port)
 export SHEBA_CONFIG=$config DATABASE_URL=$SHEBA_TEST_DATABASE_URL
 "$sheba" migrate up
-SHEBA_HTTP_ADDR=127.0.0.1:$http_port SHEBA_GRPC_ADDR=127.0.0.1:$grpc_port SHEBA_SHUTDOWN_DRAIN_DELAY=3s \
+# Port 0: the kernel picks free ports, and sheba logs which.
+SHEBA_HTTP_ADDR=127.0.0.1:0 SHEBA_GRPC_ADDR=127.0.0.1:0 SHEBA_LOG_FORMAT=json SHEBA_SHUTDOWN_DRAIN_DELAY=3s \
 	"$sheba" serve 2>"$work/sheba.log" &
 pid=$!
 
+grpc_addr=""
+for _ in $(seq 100); do
+	grpc_addr=$(grep -o '"grpc_addr":"[^"]*"' "$work/sheba.log" | head -n 1 | cut -d'"' -f4) || true
+	[[ -z "$grpc_addr" ]] || break
+	kill -0 "$pid" 2>/dev/null || fail "sheba exited: $(cat "$work/sheba.log")"
+	sleep 0.1
+done
+[[ -n "$grpc_addr" ]] || fail "sheba did not log its gRPC address; log: $(cat "$work/sheba.log")"
+
 status=""
 for _ in $(seq 100); do
-	if status=$("$probe" -addr="127.0.0.1:$grpc_port" 2>&1); then
+	if status=$("$probe" -addr="$grpc_addr" 2>&1); then
 		break
 	fi
 	kill -0 "$pid" 2>/dev/null || fail "sheba exited: $(cat "$work/sheba.log")"
 	sleep 0.2
 done
 [[ "$status" == "status: SERVING" ]] || fail "grpc_health_probe said: $status; sheba log: $(cat "$work/sheba.log")"
-log "grpc_health_probe -addr=127.0.0.1:$grpc_port: $status"
+log "grpc_health_probe -addr=$grpc_addr: $status"
 
 kill -TERM "$pid"
 sleep 0.5
 code=0
-status=$("$probe" -addr="127.0.0.1:$grpc_port" 2>&1) || code=$?
+status=$("$probe" -addr="$grpc_addr" 2>&1) || code=$?
 # Exit status 4 is grpc_health_probe's "unhealthy": the server answered
 # NOT_SERVING, as readiness must while sheba drains.
 [[ "$code" == 4 ]] || fail "during the drain grpc_health_probe exited $code ($status), want 4 (NOT_SERVING)"

@@ -41,8 +41,10 @@ user=$(inspect '{{.Config.User}}')
 [[ "$user" =~ ^[1-9][0-9]*(:[0-9]+)?$ ]] || fail "user is '$user', want a numeric uid other than 0"
 cmdline=$(inspect '{{json .Config.Entrypoint}} {{json .Config.Cmd}}')
 [[ "$cmdline" == '["/usr/local/bin/sheba"] ["serve"]' ]] || fail "entrypoint and cmd are $cmdline, want sheba serve"
-inspect '{{range .Config.Env}}{{println .}}{{end}}' | grep -qx 'SHEBA_CONFIG=/etc/sheba/config.yaml' ||
-	fail 'SHEBA_CONFIG is not /etc/sheba/config.yaml'
+# Read whole before grep -q, which stops reading at its match and would
+# fail the pipeline (pipefail) on the writer's SIGPIPE.
+env=$(inspect '{{range .Config.Env}}{{println .}}{{end}}')
+grep -qx 'SHEBA_CONFIG=/etc/sheba/config.yaml' <<<"$env" || fail "SHEBA_CONFIG is not /etc/sheba/config.yaml: $env"
 log "$image: user $user, runs $cmdline, $(inspect '{{.Size}}') bytes"
 
 # ---- its file system
@@ -58,7 +60,8 @@ sheba=$root/usr/local/bin/sheba
 probe=$root/usr/local/bin/grpc_health_probe
 for bin in "$sheba" "$probe"; do
 	# A scratch image has no libc: the binaries must not need one.
-	go version -m "$bin" | grep -q 'build[[:space:]]CGO_ENABLED=0' || fail "$bin is not built with CGO_ENABLED=0"
+	info=$(go version -m "$bin")
+	grep -q 'build[[:space:]]CGO_ENABLED=0' <<<"$info" || fail "$bin is not built with CGO_ENABLED=0"
 done
 version=$("$sheba" version)
 [[ "$version" != "sheba dev "* ]] || fail "the version is not stamped: $version"

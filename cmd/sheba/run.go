@@ -29,6 +29,7 @@ const usage = `usage:
   sheba migrate up|down|status [--config FILE]
                                             apply, revert one step, or list migrations
   sheba openapi                             print the OpenAPI document
+  sheba config check [--config FILE]        validate the configuration, connect nowhere
   sheba apikey new --id NAME                print a new API key and its config entry
   sheba version                             print version, commit and Go version
 The config file may also be given by SHEBA_CONFIG; every key can be set by
@@ -62,6 +63,8 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 		}
 		_, err := io.WriteString(stdout, openapiv2.Document)
 		return err
+	case "config":
+		return configCmd(rest, lookup, stdout)
 	case "apikey":
 		return apikeyCmd(rest, stdout)
 	case "version":

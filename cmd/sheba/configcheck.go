@@ -1,0 +1,36 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+)
+
+// configCmd runs `sheba config check [--config FILE]`. It loads the
+// configuration exactly as serve does (the file, then the environment's
+// overrides, then validation) and connects nowhere, so a deployment can vet
+// a config file before it rolls out (docs/deployment.md). An invalid config
+// is a usage error: one line naming the key on stderr, exit status 2.
+func configCmd(args []string, lookup func(string) (string, bool), stdout io.Writer) error {
+	if len(args) == 0 || args[0] != "check" {
+		return usagef("config: want 'config check [--config FILE]'")
+	}
+	fs := flag.NewFlagSet("config check", flag.ContinueOnError)
+	configPath := fs.String("config", "", "config file")
+	if err := noArgs(fs, args[1:]); err != nil {
+		return err
+	}
+	path := *configPath
+	if path == "" {
+		path, _ = lookup("SHEBA_CONFIG")
+	}
+	if _, err := loadConfig(path, lookup); err != nil {
+		return err
+	}
+	source := "defaults and environment, no file"
+	if path != "" {
+		source = path + " and environment"
+	}
+	_, err := fmt.Fprintf(stdout, "config ok (%s)\n", source)
+	return err
+}

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestConfigCheck(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	bad := filepath.Join(dir, "bad.yaml")
+	writeConfigFile(t, good, "shutdown: { drain_delay: 5s, timeout: 20s }\n")
+	writeConfigFile(t, bad, "shutdown: { drain_delay: 30s, timeout: 20s }\n")
+	db := map[string]string{"DATABASE_URL": "postgres://sheba@db.example:5432/sheba"}
+	withEnv := func(extra map[string]string) map[string]string {
+		env := map[string]string{}
+		for k, v := range db {
+			env[k] = v
+		}
+		for k, v := range extra {
+			env[k] = v
+		}
+		return env
+	}
+	for _, test := range []struct {
+		name    string
+		env     map[string]string
+		args    []string
+		wantOut string // on success
+		wantErr string // in the usage error's first line
+	}{
+		{"file", db, []string{"config", "check", "--config", good}, "config ok (" + good + " and environment)\n", ""},
+		{"file from SHEBA_CONFIG", withEnv(map[string]string{"SHEBA_CONFIG": good}), []string{"config", "check"}, "config ok (" + good + " and environment)\n", ""},
+		{"no file", db, []string{"config", "check"}, "config ok (defaults and environment, no file)\n", ""},
+		{"the repo's dev config", db, []string{"config", "check", "--config", "../../config/dev.yaml"}, "config ok (../../config/dev.yaml and environment)\n", ""},
+		{"the repo's example config", db, []string{"config", "check", "--config", "../../config/example.yaml"}, "config ok (../../config/example.yaml and environment)\n", ""},
+		{"invalid value in file", db, []string{"config", "check", "--config", bad}, "", "shutdown.timeout"},
+		{"invalid value in env", withEnv(map[string]string{"SHEBA_SHUTDOWN_TIMEOUT": "soon"}), []string{"config", "check", "--config", good}, "", "shutdown.timeout (SHEBA_SHUTDOWN_TIMEOUT)"},
+		{"no database url", nil, []string{"config", "check", "--config", good}, "", "database.url"},
+		{"missing file", db, []string{"config", "check", "--config", filepath.Join(dir, "nope.yaml")}, "", "nope.yaml"},
+		{"no subcommand", db, []string{"config"}, "", "config check"},
+		{"other subcommand", db, []string{"config", "show"}, "", "config check"},
+		{"extra argument", db, []string{"config", "check", "extra"}, "", `unexpected argument "extra"`},
+	} {
+		t.Run(test.name, func(t *testing.T) {
+			out, err := runCmd(t, test.env, test.args...)
+			if test.wantErr == "" {
+				if err != nil {
+					t.Fatalf("got error %v, want none", err)
+				}
+				if out != test.wantOut {
+					t.Errorf("got output %q, want %q", out, test.wantOut)
+				}
+				return
+			}
+			var uerr *usageError
+			if !errors.As(err, &uerr) {
+				t.Fatalf("got %v, want a usage error", err)
+			}
+			if first, _, _ := strings.Cut(err.Error(), "\n"); !strings.Contains(first, test.wantErr) {
+				t.Errorf("got %q, want it to name %q", first, test.wantErr)
+			}
+		})
+	}
+}
+
+// TestConfigCheckExitStatus runs the binary as a deployment script would: a
+// bad config exits 2 with one line on stderr, a good one exits 0.
+func TestConfigCheckExitStatus(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	writeConfigFile(t, bad, "limits:\n  max_inflight: 0\n")
+	for _, test := range []struct {
+		name       string
+		args       []string
+		wantStatus int
+		wantStderr string
+	}{
+		{"valid", []string{"config", "check"}, 0, ""},
+		{"invalid", []string{"config", "check", "--config", bad}, 2, "limits.max_inflight"},
+	} {
+		t.Run(test.name, func(t *testing.T) {
+			cmd := exec.Command(os.Args[0], test.args...)
+			cmd.Env = append(os.Environ(), "SHEBA_TEST_AS_MAIN=1", "DATABASE_URL=postgres://sheba@db.example/sheba")
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			status := 0
+			var exitErr *exec.ExitError
+			if errors.As(err, &exitErr) {
+				status = exitErr.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if status != test.wantStatus {
+				t.Errorf("got exit status %d, want %d (stderr %q)", status, test.wantStatus, stderr.String())
+			}
+			lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
+			if test.wantStderr == "" {
+				if stderr.Len() != 0 {
+					t.Errorf("got stderr %q, want none", stderr.String())
+				}
+				return
+			}
+			if len(lines) != 1 || !strings.Contains(lines[0], test.wantStderr) {
+				t.Errorf("got stderr %q, want one line naming %q", stderr.String(), test.wantStderr)
+			}
+		})
+	}
+}
+
+func writeConfigFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

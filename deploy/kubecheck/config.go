@@ -1,0 +1,177 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/shebasvc/sheba/config"
+)
+
+// standIns are well-formed values for variables that come from Secrets,
+// which are not in the repository: they let the config be checked as it
+// will run. Other Secret-sourced variables are left unset.
+var standIns = map[string]string{
+	"DATABASE_URL": "postgres://stand-in@localhost:5432/sheba",
+}
+
+// checkConfig finds the config file a container reads (SHEBA_CONFIG, in a
+// mounted ConfigMap), has `sheba config check` judge it with the
+// container's environment, and returns it loaded. ok is false when there
+// is no config to judge or sheba rejects it; either is a problem.
+func (c checker) checkConfig(ctx context.Context, o object, spec corev1.PodSpec, ctr corev1.Container, objs objects, r *report) (cfg config.Config, ok bool) {
+	file, err := configFile(spec, ctr, objs)
+	if err != nil {
+		r.problemf("%s: container %q: %v", o, ctr.Name, err)
+		return config.Config{}, false
+	}
+	env, unset := containerEnv(ctr, objs)
+
+	tmp, err := os.CreateTemp("", "sheba-config-*.yaml")
+	if err != nil {
+		r.problemf("%s: %v", o, err)
+		return config.Config{}, false
+	}
+	defer os.Remove(tmp.Name())
+	_, werr := tmp.WriteString(file.content)
+	if err := tmp.Close(); werr != nil || err != nil {
+		r.problemf("%s: writing the config file: %v %v", o, werr, err)
+		return config.Config{}, false
+	}
+
+	// sheba itself is the judge of its config: the binary, with exactly the
+	// pod's environment and nothing from ours.
+	cmd := exec.CommandContext(ctx, c.sheba, "config", "check", "--config", tmp.Name())
+	cmd.Env = []string{}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(strings.ReplaceAll(out.String(), tmp.Name(), file.String()))
+		r.problemf("%s: container %q: sheba config check rejects %s: %s (%v)", o, ctr.Name, file, msg, err)
+		return config.Config{}, false
+	}
+	cfg, err = config.Load(tmp.Name(), func(k string) (string, bool) {
+		v, ok := env[k]
+		return v, ok
+	})
+	if err != nil {
+		// sheba accepted it, so this binary's config package differs from
+		// the one sheba was built with.
+		r.problemf("%s: %s: accepted by %s but not by kubecheck's config package (rebuild sheba): %v", o, file, c.sheba, err)
+		return config.Config{}, false
+	}
+	note := fmt.Sprintf("%s: container %q: sheba config check accepts %s with the container's environment", o, ctr.Name, file)
+	if len(unset) > 0 {
+		note += fmt.Sprintf(" (Secret values stood in or left unset: %s)", strings.Join(unset, ", "))
+	}
+	r.notef("%s", note)
+	return cfg, true
+}
+
+// configSource is a config file held in a ConfigMap.
+type configSource struct {
+	configMap, key, content string
+}
+
+func (s configSource) String() string { return "ConfigMap " + s.configMap + " key " + s.key }
+
+// configFile returns the file that SHEBA_CONFIG names, which must be a key
+// of a ConfigMap mounted in the container.
+func configFile(spec corev1.PodSpec, ctr corev1.Container, objs objects) (configSource, error) {
+	var file string
+	for _, e := range ctr.Env {
+		if e.Name == "SHEBA_CONFIG" && e.ValueFrom == nil {
+			file = e.Value
+		}
+	}
+	if file == "" {
+		return configSource{}, fmt.Errorf("no SHEBA_CONFIG value: say which mounted file sheba reads")
+	}
+	for _, m := range ctr.VolumeMounts {
+		var key string
+		switch {
+		case m.SubPath != "" && m.MountPath == file:
+			key = m.SubPath
+		case m.SubPath == "" && strings.HasPrefix(file, strings.TrimSuffix(m.MountPath, "/")+"/"):
+			rel, err := filepath.Rel(m.MountPath, file)
+			if err != nil {
+				continue
+			}
+			key = rel
+		default:
+			continue
+		}
+		var vol *corev1.Volume
+		for i := range spec.Volumes {
+			if spec.Volumes[i].Name == m.Name {
+				vol = &spec.Volumes[i]
+			}
+		}
+		if vol == nil || vol.ConfigMap == nil {
+			return configSource{}, fmt.Errorf("SHEBA_CONFIG %s is on volume %q, which is not a ConfigMap", file, m.Name)
+		}
+		if len(vol.ConfigMap.Items) > 0 {
+			found := false
+			for _, it := range vol.ConfigMap.Items {
+				if path.Clean(it.Path) == key {
+					key, found = it.Key, true
+				}
+			}
+			if !found {
+				return configSource{}, fmt.Errorf("SHEBA_CONFIG %s: volume %q projects no item to %s", file, m.Name, key)
+			}
+		}
+		for _, cm := range objs.configMaps {
+			if cm.Name != vol.ConfigMap.Name {
+				continue
+			}
+			content, ok := cm.Data[key]
+			if !ok {
+				return configSource{}, fmt.Errorf("SHEBA_CONFIG %s: ConfigMap %s has no key %q", file, cm.Name, key)
+			}
+			return configSource{configMap: cm.Name, key: key, content: content}, nil
+		}
+		return configSource{}, fmt.Errorf("SHEBA_CONFIG %s: ConfigMap %q is not among the rendered objects", file, vol.ConfigMap.Name)
+	}
+	return configSource{}, fmt.Errorf("SHEBA_CONFIG %s is on no mounted volume", file)
+}
+
+// containerEnv returns the variables the container gets from its literal
+// values and from the rendered ConfigMaps, plus stand-ins for Secret
+// values, without SHEBA_CONFIG (the file is passed by --config). unset
+// lists the Secret-sourced variables, and what became of them.
+func containerEnv(ctr corev1.Container, objs objects) (env map[string]string, unset []string) {
+	env = map[string]string{}
+	for _, e := range ctr.Env {
+		switch {
+		case e.Name == "SHEBA_CONFIG":
+		case e.ValueFrom == nil:
+			env[e.Name] = e.Value
+		case e.ValueFrom.SecretKeyRef != nil:
+			if v, ok := standIns[e.Name]; ok {
+				env[e.Name] = v
+				unset = append(unset, e.Name+" stood in")
+			} else {
+				unset = append(unset, e.Name+" unset")
+			}
+		case e.ValueFrom.ConfigMapKeyRef != nil:
+			ref := e.ValueFrom.ConfigMapKeyRef
+			for _, cm := range objs.configMaps {
+				if v, ok := cm.Data[ref.Key]; ok && cm.Name == ref.Name {
+					env[e.Name] = v
+				}
+			}
+		}
+	}
+	return env, unset
+}

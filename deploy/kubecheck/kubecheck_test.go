@@ -1,0 +1,100 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestKubecheck renders the base and overlays in testdata with the pinned
+// kustomize and runs the check as `make deploy-check` does: the base and
+// the documented variant pass, and each broken overlay fails naming its
+// fault.
+func TestKubecheck(t *testing.T) {
+	sheba := buildSheba(t)
+	for _, test := range []struct {
+		dir      string
+		wantCode int
+		want     string // in stdout when 0, in stderr otherwise
+	}{
+		{"../kubernetes", 0, "readinessProbe grpc → 9090"},
+		{"testdata/ok-exec-readiness", 0, "readinessProbe exec grpc_health_probe → 9090"},
+		{"testdata/broken-unknown-field", 1, `unknown field "periodSecond"`},
+		{"testdata/broken-wrong-type", 1, "cannot unmarshal string into Go struct field DeploymentSpec.spec.replicas of type int32"},
+		{"testdata/broken-probe-port", 1, "readinessProbe grpc targets port 9091, which container sheba does not declare"},
+		{"testdata/broken-grace-period", 1, "terminationGracePeriodSeconds (30s) must be longer than preStop sleep (0s) + shutdown.timeout (30s)"},
+		{"testdata/broken-drain-delay", 1, "shutdown.drain_delay (5s) must be longer than the readiness probe's failure window"},
+		{"testdata/broken-config", 1, "sheba config check rejects ConfigMap sheba-config-"},
+		{"testdata/broken-listen-port", 1, `sheba listens on http.addr ":8081", but container sheba declares no containerPort 8081`},
+		{"testdata/broken-service-selector", 1, "Service sheba: spec.selector"},
+		{"testdata/broken-writable-root", 1, "readOnlyRootFilesystem must be true"},
+		{"testdata/broken-liveness-readyz", 1, "livenessProbe must be httpGet /livez"},
+		{"testdata/broken-job-image", 1, `Job sheba-migrate: image "localhost/sheba:old" differs`},
+	} {
+		t.Run(filepath.Base(test.dir), func(t *testing.T) {
+			t.Parallel()
+			var stdout, stderr bytes.Buffer
+			code := run(t.Context(), []string{"-sheba", sheba, "-modfile", "../../tools/go.mod", test.dir}, &stdout, &stderr)
+			if code != test.wantCode {
+				t.Fatalf("got exit status %d, want %d\nstdout:\n%s\nstderr:\n%s", code, test.wantCode, stdout.String(), stderr.String())
+			}
+			out := stdout.String()
+			if test.wantCode != 0 {
+				out = stderr.String()
+			}
+			if !strings.Contains(out, test.want) {
+				t.Errorf("output does not say %q:\n%s", test.want, out)
+			}
+			if test.wantCode == 0 && stderr.Len() != 0 {
+				t.Errorf("got stderr %q, want none", stderr.String())
+			}
+		})
+	}
+}
+
+func TestKubecheckUsage(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run(t.Context(), nil, &stdout, &stderr); code != 2 {
+		t.Errorf("got exit status %d without a directory, want 2", code)
+	}
+	if code := run(t.Context(), []string{"-modfile", "../../tools/go.mod", "testdata/no-such-dir"}, &stdout, &stderr); code != 1 {
+		t.Errorf("got exit status %d for a missing directory, want 1", code)
+	}
+}
+
+func TestParseGoBytes(t *testing.T) {
+	for _, test := range []struct {
+		in   string
+		want int64
+	}{
+		{"448MiB", 448 << 20},
+		{"1GiB", 1 << 30},
+		{"1024", 1024},
+		{"10B", 10},
+	} {
+		got, err := parseGoBytes(test.in)
+		if err != nil || got != test.want {
+			t.Errorf("parseGoBytes(%q) = %d, %v; want %d", test.in, got, err, test.want)
+		}
+	}
+	for _, bad := range []string{"", "lots", "448Mi", "-1"} {
+		if _, err := parseGoBytes(bad); err == nil {
+			t.Errorf("parseGoBytes(%q): got no error", bad)
+		}
+	}
+}
+
+// buildSheba builds the sheba command, which judges the config files.
+func buildSheba(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "sheba")
+	cmd := exec.Command("go", "build", "-o", bin, "../../cmd/sheba")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build sheba: %v\n%s", err, out)
+	}
+	return bin
+}

@@ -114,3 +114,25 @@ func (p pageTokens) tag(body []byte, binding string) []byte {
 	m.Write([]byte(binding))
 	return m.Sum(nil)[:pageTokenTagLen]
 }
+
+// nextPage cuts rows, read with a limit of size+1, to the page and returns
+// the token of the next page: "" when the extra row was not there.
+func nextPage[T any](tokens pageTokens, rows []T, size int, binding string, cursor func(T) store.Cursor) ([]T, string) {
+	if len(rows) <= size {
+		return rows, ""
+	}
+	rows = rows[:size]
+	return rows, tokens.Encode(cursor(rows[size-1]), binding)
+}
+
+// check decodes a page token issued for binding; "" is the first page.
+func (p pageTokens) check(v *violations, token, binding string) *store.Cursor {
+	if token == "" {
+		return nil
+	}
+	c, err := p.Decode(token, binding)
+	if err != nil {
+		v.add("page_token", err.Error())
+	}
+	return c
+}

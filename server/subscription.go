@@ -98,14 +98,8 @@ func (s *subscriptionServer) ListSubscriptions(ctx context.Context, req *shebav1
 	if req.GetPlan() != "" {
 		v.checkPlan("plan", req.GetPlan())
 	}
-	var after *store.Cursor
-	if req.GetPageToken() != "" {
-		c, err := s.tokens.Decode(req.GetPageToken(), listSubscriptionsBinding(req.GetPlan()))
-		if err != nil {
-			v.add("page_token", err.Error())
-		}
-		after = c
-	}
+	binding := listSubscriptionsBinding(req.GetPlan())
+	after := s.tokens.check(&v, req.GetPageToken(), binding)
 	if err := v.err(); err != nil {
 		return nil, err
 	}
@@ -119,11 +113,9 @@ func (s *subscriptionServer) ListSubscriptions(ctx context.Context, req *shebav1
 		return nil, s.errs.toStatus(ctx, "list subscriptions", err, errMsgs{})
 	}
 	resp := &shebav1.ListSubscriptionsResponse{}
-	if len(subs) > size {
-		subs = subs[:size]
-		last := subs[size-1]
-		resp.NextPageToken = s.tokens.Encode(store.Cursor{CreateTime: last.CreateTime, ID: last.ID}, listSubscriptionsBinding(req.GetPlan()))
-	}
+	subs, resp.NextPageToken = nextPage(s.tokens, subs, size, binding, func(sub store.Subscription) store.Cursor {
+		return store.Cursor{CreateTime: sub.CreateTime, ID: sub.ID}
+	})
 	resp.Subscriptions = make([]*shebav1.Subscription, len(subs))
 	for i, sub := range subs {
 		resp.Subscriptions[i] = subscriptionToProto(sub)

@@ -213,28 +213,6 @@ func (s *webhookServer) ListWebhookDeliveries(ctx context.Context, req *shebav1.
 	return resp, nil
 }
 
-// nextPage cuts rows, read with a limit of size+1, to the page and returns
-// the token of the next page: "" when the extra row was not there.
-func nextPage[T any](tokens pageTokens, rows []T, size int, binding string, cursor func(T) store.Cursor) ([]T, string) {
-	if len(rows) <= size {
-		return rows, ""
-	}
-	rows = rows[:size]
-	return rows, tokens.Encode(cursor(rows[size-1]), binding)
-}
-
-// check decodes a page token issued for binding; "" is the first page.
-func (p pageTokens) check(v *violations, token, binding string) *store.Cursor {
-	if token == "" {
-		return nil
-	}
-	c, err := p.Decode(token, binding)
-	if err != nil {
-		v.add("page_token", err.Error())
-	}
-	return c
-}
-
 // checkURL applies the URL rules of docs/webhooks.md, the network check
 // included (it resolves the host).
 func (s *webhookServer) checkURL(ctx context.Context, v *violations, field, url string) {

@@ -62,7 +62,7 @@ type chainDeps struct {
 // unaryChain builds the one interceptor chain of every business call. The
 // grpc.Server and the gateway's in-process channel both use it, so every
 // rule holds on REST exactly as on gRPC. Tracing is not in it: the otelgrpc
-// stats handler (gRPC) and otelhttp (REST) wrap the whole chain. Order,
+// stats handler (gRPC) and the gateway's server spans (REST) wrap the whole chain. Order,
 // outermost first:
 //
 //   - request id + log: outermost, so the one log line sees the final code.

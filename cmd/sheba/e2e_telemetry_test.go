@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -206,6 +208,75 @@ func TestTraces(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRESTSpans checks the HTTP server span of REST calls: its name, the
+// standard attributes, and an error status only for a 5xx.
+func TestRESTSpans(t *testing.T) {
+	t.Parallel()
+	tp, exp := newRecorder(t)
+	e := newTestEnvWith(t, tp, []envOption{withHandlerHook(func(_ context.Context, method string) error {
+		if method == "/sheba.v1.SubscriptionService/ListSubscriptions" {
+			return errors.New("boom")
+		}
+		return nil
+	})})
+	id := e.newAccount(t, "lisa")
+
+	for _, test := range []struct {
+		traceID, path string
+		wantName      string
+		wantCode      int
+		wantRoute     string
+		wantError     bool
+	}{
+		{"6bf92f3577b34da6a3ce929d0e0e4701", "/v1/accounts/" + id, "GET /v1/accounts/{accountId}", http.StatusOK, "/v1/accounts/{accountId}", false},
+		{"6bf92f3577b34da6a3ce929d0e0e4702", "/v1/no-such-route", "GET", http.StatusNotFound, "", false},
+		{"6bf92f3577b34da6a3ce929d0e0e4703", "/v1/subscriptions", "GET /v1/subscriptions", http.StatusInternalServerError, "/v1/subscriptions", true},
+	} {
+		t.Run(test.path, func(t *testing.T) {
+			wantCode(t, e.do(t, http.MethodGet, test.path, "", "Traceparent", "00-"+test.traceID+"-00f067aa0ba902b7-01", "User-Agent", "span-test/1"), test.wantCode)
+			var server *tracetest.SpanStub
+			for _, s := range exp.GetSpans() {
+				if s.SpanContext.TraceID().String() == test.traceID && s.SpanKind == trace.SpanKindServer {
+					server = &s
+				}
+			}
+			if server == nil {
+				t.Fatalf("no server span in trace %s", test.traceID)
+			}
+			if server.Name != test.wantName {
+				t.Errorf("span name: got %q, want %q", server.Name, test.wantName)
+			}
+			for _, want := range []attribute.KeyValue{
+				attribute.String("http.request.method", "GET"),
+				attribute.String("url.path", test.path),
+				attribute.Int("http.response.status_code", test.wantCode),
+				attribute.String("user_agent.original", "span-test/1"),
+				attribute.String("client.address", "127.0.0.1"),
+			} {
+				if !hasAttr(server.Attributes, want) {
+					t.Errorf("span %q lacks %v: %v", server.Name, want, server.Attributes)
+				}
+			}
+			route, hasRoute := attrValue(server.Attributes, "http.route")
+			if route != test.wantRoute || hasRoute != (test.wantRoute != "") {
+				t.Errorf("http.route: got %q (present %v), want %q", route, hasRoute, test.wantRoute)
+			}
+			if got := server.Status.Code == codes.Error; got != test.wantError {
+				t.Errorf("span status: got %v, want error %v", server.Status, test.wantError)
+			}
+		})
+	}
+}
+
+func attrValue(attrs []attribute.KeyValue, key attribute.Key) (string, bool) {
+	for _, a := range attrs {
+		if a.Key == key {
+			return a.Value.Emit(), true
+		}
+	}
+	return "", false
 }
 
 // TestExemplars checks that a sampled call leaves its trace id as an

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/shebasvc/sheba/config"
@@ -19,9 +21,11 @@ import (
 )
 
 // BenchmarkGatewayJSON serves REST requests through the whole HTTP handler
-// (otelhttp off, body guard, compression, gateway, in-process channel, the
-// chain, the handler) without a network: a ping, a lookup in Postgres, and
-// a 400 from validation.
+// (body guard, compression, gateway, in-process channel, the chain, the
+// handler) without a network: a ping, a lookup in Postgres, and a 400 from
+// validation, with tracing off; and a ping with tracing on and the request
+// not sampled ("ping-unsampled"), what most requests are under a ratio
+// sampler.
 func BenchmarkGatewayJSON(b *testing.B) {
 	const key = "bench-key-0123456789abcdefghijklmnop"
 	sum := sha256.Sum256([]byte(key))
@@ -38,18 +42,24 @@ func BenchmarkGatewayJSON(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	s, err := newService(context.Background(), cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), serviceDeps{store: st, pool: pool})
-	if err != nil {
-		b.Fatal(err)
+	handler := func(tp trace.TracerProvider) http.Handler {
+		s, err := newService(context.Background(), cfg, slog.New(slog.NewJSONHandler(io.Discard, nil)), serviceDeps{store: st, pool: pool, tracerProvider: tp})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return s.http.Handler
 	}
-	h := s.http.Handler
+	untraced := handler(nil)
+	unsampled := handler(sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample())))
 	for _, bc := range []struct {
 		name, method, path, body string
+		h                        http.Handler
 		want                     int
 	}{
-		{"ping", http.MethodGet, "/v1/ping", "", http.StatusOK},
-		{"get-account", http.MethodGet, "/v1/accounts/" + a.ID, "", http.StatusOK},
-		{"invalid-username", http.MethodPost, "/v1/accounts", `{"username":"X","password":"password1"}`, http.StatusBadRequest},
+		{"ping", http.MethodGet, "/v1/ping", "", untraced, http.StatusOK},
+		{"ping-unsampled", http.MethodGet, "/v1/ping", "", unsampled, http.StatusOK},
+		{"get-account", http.MethodGet, "/v1/accounts/" + a.ID, "", untraced, http.StatusOK},
+		{"invalid-username", http.MethodPost, "/v1/accounts", `{"username":"X","password":"password1"}`, untraced, http.StatusBadRequest},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
@@ -60,7 +70,7 @@ func BenchmarkGatewayJSON(b *testing.B) {
 					req.Header.Set("Content-Type", "application/json")
 				}
 				rec := httptest.NewRecorder()
-				h.ServeHTTP(rec, req)
+				bc.h.ServeHTTP(rec, req)
 				if rec.Code != bc.want {
 					b.Fatalf("got %d, want %d: %s", rec.Code, bc.want, rec.Body)
 				}

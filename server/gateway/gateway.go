@@ -6,10 +6,6 @@ import (
 	"net/http"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
-	metricnoop "go.opentelemetry.io/otel/metric/noop"
-	"go.opentelemetry.io/otel/propagation"
-	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -125,11 +121,6 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, o Options) (http.Ha
 		// The answer is JSON or CBOR by Accept: caches must key on it.
 		w.Header().Add("Vary", "Accept")
 		negotiateAccept(r.Header)
-		if span := trace.SpanFromContext(r.Context()); span.IsRecording() {
-			if route := routes.template(r.Method, r.URL.Path); route != "" {
-				span.SetAttributes(semconv.HTTPRoute(route))
-			}
-		}
 		if unsupportedType(gw, w, r) || badIdempotencyKey(gw, w, r) {
 			return
 		}
@@ -145,18 +136,7 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, o Options) (http.Ha
 		codec.ServeHTTP(w, r)
 	})
 	if o.TracerProvider != nil {
-		h = otelhttp.NewHandler(h, "rest",
-			otelhttp.WithTracerProvider(o.TracerProvider),
-			otelhttp.WithPropagators(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})),
-			// Call metrics come from the Prometheus interceptors.
-			otelhttp.WithMeterProvider(metricnoop.NewMeterProvider()),
-			otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
-				if route := routes.template(r.Method, r.URL.Path); route != "" {
-					return r.Method + " " + route
-				}
-				return r.Method
-			}),
-		)
+		h = serverSpans(h, o.TracerProvider, routes)
 	}
 	return h, nil
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	lru "github.com/hashicorp/golang-lru/v2"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -64,7 +65,11 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, o Options) (http.Ha
 			DiscardUnknown: false,
 		},
 	}
-	json := markingMarshaler{jsonpb}
+	bodies, err := lru.New[string, []byte](errorBodiesSize)
+	if err != nil {
+		return nil, err
+	}
+	json := markingMarshaler{newErrorBodies(jsonpb, bodies)}
 	gw := runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, json),
 		// By name too, so that negotiateAccept can choose JSON for a
@@ -72,7 +77,7 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, o Options) (http.Ha
 		runtime.WithMarshalerOption("application/json", json),
 		// CBOR for clients that ask for it (Content-Type or Accept), with
 		// the JSON mapping's shape.
-		runtime.WithMarshalerOption(cborpb.MediaType, markingMarshaler{&cborpb.Marshaler{Limits: requestCBORLimits}}),
+		runtime.WithMarshalerOption(cborpb.MediaType, markingMarshaler{newErrorBodies(&cborpb.Marshaler{Limits: requestCBORLimits}, bodies)}),
 		runtime.WithIncomingHeaderMatcher(incomingHeader),
 		runtime.WithOutgoingHeaderMatcher(outgoingHeader),
 		runtime.WithErrorHandler(errorHandler),

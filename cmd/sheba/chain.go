@@ -61,7 +61,7 @@ type chainDeps struct {
 
 // unaryChain builds the one interceptor chain of every business call. The
 // grpc.Server and the gateway's in-process channel both use it, so every
-// rule holds on REST exactly as on gRPC. Tracing is not in it: the otelgrpc
+// rule holds on REST exactly as on gRPC. Tracing is not in it: the tracing
 // stats handler (gRPC) and the gateway's server spans (REST) wrap the whole chain. Order,
 // outermost first:
 //

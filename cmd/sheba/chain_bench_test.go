@@ -110,7 +110,7 @@ func benchDeps(b *testing.B, cfg config.Config) chainDeps {
 }
 
 // BenchmarkChainTracing runs the full chain inside a server span, as the
-// otelgrpc stats handler makes one: tracing off, on with the sampler
+// tracing stats handler makes one: tracing off, on with the sampler
 // dropping every span, and on sampling every span to an exporter that drops
 // them.
 func BenchmarkChainTracing(b *testing.B) {

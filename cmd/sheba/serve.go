@@ -15,9 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
-	metricnoop "go.opentelemetry.io/otel/metric/noop"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
@@ -31,6 +28,7 @@ import (
 	"github.com/shebasvc/sheba/interceptors/drain"
 	"github.com/shebasvc/sheba/interceptors/idempotency"
 	"github.com/shebasvc/sheba/interceptors/metrics"
+	"github.com/shebasvc/sheba/interceptors/tracing"
 	"github.com/shebasvc/sheba/server"
 	"github.com/shebasvc/sheba/server/gateway"
 	"github.com/shebasvc/sheba/server/health"
@@ -247,12 +245,7 @@ func newGRPCServer(cfg config.Config, chain grpc.UnaryServerInterceptor, streams
 	}
 	opts = append(opts, grpcLimits(cfg.GRPC, cfg.Limits.Timeout)...)
 	if tp != nil {
-		opts = append(opts, grpc.StatsHandler(otelgrpc.NewServerHandler(
-			otelgrpc.WithTracerProvider(tp),
-			otelgrpc.WithPropagators(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})),
-			// Call metrics come from the Prometheus interceptors.
-			otelgrpc.WithMeterProvider(metricnoop.NewMeterProvider()),
-		)))
+		opts = append(opts, grpc.StatsHandler(tracing.NewServerHandler(tp)))
 	}
 	return grpc.NewServer(opts...)
 }

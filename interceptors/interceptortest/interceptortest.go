@@ -29,11 +29,18 @@ func (s pingServer) Ping(ctx context.Context, _ *shebav1.PingRequest) (*shebav1.
 // and returns a client of it. Both are closed when the test ends.
 func Serve(tb testing.TB, interceptor grpc.UnaryServerInterceptor, ping PingFunc) shebav1.PingServiceClient {
 	tb.Helper()
+	return ServeWith(tb, []grpc.ServerOption{grpc.UnaryInterceptor(interceptor)}, ping)
+}
+
+// ServeWith starts a grpc.Server with opts whose PingService runs ping, and
+// returns a client of it. Both are closed when the test ends.
+func ServeWith(tb testing.TB, opts []grpc.ServerOption, ping PingFunc) shebav1.PingServiceClient {
+	tb.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatalf("listen: %v", err)
 	}
-	srv := grpc.NewServer(grpc.UnaryInterceptor(interceptor))
+	srv := grpc.NewServer(opts...)
 	shebav1.RegisterPingServiceServer(srv, pingServer{f: ping})
 	go func() { _ = srv.Serve(lis) }()
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))

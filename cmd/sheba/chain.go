@@ -199,8 +199,8 @@ func identify(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grp
 // link is a grpc.UnaryHandler that calls its interceptor with the next link
 // as the handler. grpc-go's own chaining instead makes a closure per link on
 // every call (ten allocations for sheba's chain). What differs between calls
-// (the method's info and the final handler) rides in one chainCall in the
-// context, so a call costs two allocations however long the chain is.
+// (the method's info and the final handler) rides in the context, which
+// is a chainCall, so a call costs one allocation however long the chain is.
 func chainUnary(interceptors ...grpc.UnaryServerInterceptor) grpc.UnaryServerInterceptor {
 	n := len(interceptors)
 	if n == 1 {
@@ -219,19 +219,28 @@ func chainUnary(interceptors ...grpc.UnaryServerInterceptor) grpc.UnaryServerInt
 	}
 	first, second := interceptors[0], links[1]
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		ctx = context.WithValue(ctx, chainCallKey{}, &chainCall{info: info, handler: handler})
+		ctx = &chainCall{Context: ctx, info: info, handler: handler}
 		return first(ctx, req, info, second)
 	}
 }
 
-// chainCall is what the links of a composed chain need to know of the call
-// they serve.
+// chainCall is the context of a call through a composed chain: what the
+// links need to know of the call they serve rides in the context itself,
+// so a call through the chain costs one allocation.
 type chainCall struct {
+	context.Context
 	info    *grpc.UnaryServerInfo
 	handler grpc.UnaryHandler
 }
 
 type chainCallKey struct{}
+
+func (c *chainCall) Value(key any) any {
+	if key == (chainCallKey{}) {
+		return c
+	}
+	return c.Context.Value(key)
+}
 
 // callOf returns the chainCall of the call in ctx. Every link runs below the
 // composed interceptor that put it there, so it is always found.

@@ -117,7 +117,10 @@ func (a *Authenticator) Authenticate(ctx context.Context) (context.Context, erro
 // constant time, whatever matches, so the timing says nothing about which
 // or how many keys exist.
 func (a *Authenticator) lookup(key string) *Key {
-	sum := sha256.Sum256([]byte(key))
+	// Keys of usual length are hashed from a buffer on the stack: converting
+	// the string would allocate for any key over 32 bytes.
+	var buf [128]byte
+	sum := sha256.Sum256(append(buf[:0], key...))
 	found := -1
 	for i := range a.keys {
 		if subtle.ConstantTimeCompare(sum[:], a.keys[i].SHA256[:]) == 1 {

@@ -20,6 +20,21 @@ const (
 // stateKey is the context key of the call's *state.
 type stateKey struct{}
 
+// stateContext is the context in which the outermost rate-limit
+// interceptor calls the rest of the chain: it holds the call's state, so
+// that both cost one allocation.
+type stateContext struct {
+	context.Context
+	st state
+}
+
+func (c *stateContext) Value(key any) any {
+	if key == (stateKey{}) {
+		return &c.st
+	}
+	return c.Context.Value(key)
+}
+
 // state collects the decisions of the chained rate-limit interceptors of
 // one call, so that the outermost sends the fields of the tightest limit
 // once.
@@ -63,7 +78,8 @@ func (s *state) send(ctx context.Context) {
 	}
 	policy, current := Fields(name, d)
 	// Fails only outside a server call (a direct test call).
-	_ = grpc.SetHeader(ctx, metadata.Pairs(PolicyKey, policy, StateKey, current))
+	vals := []string{policy, current}
+	_ = grpc.SetHeader(ctx, metadata.MD{PolicyKey: vals[0:1:1], StateKey: vals[1:2:2]})
 }
 
 // Fields returns the values of the RateLimit-Policy and RateLimit fields
@@ -72,8 +88,21 @@ func (s *state) send(ctx context.Context) {
 //	"key";q=50;w=1
 //	"key";r=49;t=1
 func Fields(name string, d Decision) (policy, current string) {
-	n := strconv.Quote(name)
-	policy = n + ";q=" + strconv.Itoa(d.Policy.Quota) + ";w=" + strconv.FormatInt(Seconds(d.Policy.Window), 10)
-	current = n + ";r=" + strconv.Itoa(max(0, d.Remaining)) + ";t=" + strconv.FormatInt(Seconds(d.Reset), 10)
-	return policy, current
+	// Both fields are made in one buffer and cut from one string: one
+	// allocation per call, on every call of the chain.
+	var buf [128]byte
+	b := buf[:0]
+	b = strconv.AppendQuote(b, name)
+	b = append(b, ";q="...)
+	b = strconv.AppendInt(b, int64(d.Policy.Quota), 10)
+	b = append(b, ";w="...)
+	b = strconv.AppendInt(b, Seconds(d.Policy.Window), 10)
+	cut := len(b)
+	b = strconv.AppendQuote(b, name)
+	b = append(b, ";r="...)
+	b = strconv.AppendInt(b, int64(max(0, d.Remaining)), 10)
+	b = append(b, ";t="...)
+	b = strconv.AppendInt(b, Seconds(d.Reset), 10)
+	s := string(b)
+	return s[:cut], s[cut:]
 }

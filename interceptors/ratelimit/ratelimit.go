@@ -109,8 +109,8 @@ func UnaryServerInterceptor(l Limiter, opts ...Option) grpc.UnaryServerIntercept
 		d := l.Allow(ctx)
 		st, inner := ctx.Value(stateKey{}).(*state)
 		if !inner {
-			st = &state{}
-			ctx = context.WithValue(ctx, stateKey{}, st)
+			sc := &stateContext{Context: ctx}
+			st, ctx = &sc.st, sc
 			defer st.send(ctx)
 		}
 		st.offer(o.name, d)

@@ -119,7 +119,7 @@ func (s *inprocStream) Method() string { return s.method }
 func (s *inprocStream) SetHeader(md metadata.MD) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.header = metadata.Join(s.header, md)
+	s.header = merge(s.header, md)
 	return nil
 }
 
@@ -128,8 +128,21 @@ func (s *inprocStream) SendHeader(md metadata.MD) error { return s.SetHeader(md)
 func (s *inprocStream) SetTrailer(md metadata.MD) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.trailer = metadata.Join(s.trailer, md)
+	s.trailer = merge(s.trailer, md)
 	return nil
+}
+
+// merge adds the values of md to dst, which it makes if nil, and returns
+// it. Unlike metadata.Join it does not copy dst on every call: the chain
+// sets headers several times per call.
+func merge(dst, md metadata.MD) metadata.MD {
+	if dst == nil {
+		dst = make(metadata.MD, len(md)+3)
+	}
+	for k, v := range md {
+		dst[k] = append(dst[k], v...)
+	}
+	return dst
 }
 
 // deliver hands the collected metadata to the Header and Trailer call

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
@@ -140,10 +141,22 @@ func chainLinks(d chainDeps) []link {
 		link{"failfast", failfast.UnaryServerInterceptor(d.dbUp, d.needsDB, "database unavailable")},
 	)
 	if d.keys != nil {
+		// By service, then method: CallMeta.FullMethod formats the name
+		// with fmt on every call, and fmt's deep stack made the gRPC
+		// handler goroutines grow their stacks (BenchmarkGRPCPing: 14% of
+		// the CPU of a call).
+		idempotent := map[string]map[string]bool{}
+		for full := range d.idempotent {
+			svc, method, _ := strings.Cut(strings.TrimPrefix(full, "/"), "/")
+			if idempotent[svc] == nil {
+				idempotent[svc] = map[string]bool{}
+			}
+			idempotent[svc][method] = true
+		}
 		links = append(links, link{"idempotency", selector.UnaryServerInterceptor(
 			idempotency.UnaryServerInterceptor(d.keys, apikey.IDFromContext,
 				idempotency.WithTTL(d.keyTTL), idempotency.WithLogger(d.log)),
-			selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool { return d.idempotent[c.FullMethod()] }),
+			selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool { return idempotent[c.Service][c.Method] }),
 		)})
 	}
 	if d.hook != nil {

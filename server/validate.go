@@ -42,7 +42,7 @@ func (v violations) err() error {
 		return nil
 	}
 	msg := fmt.Sprintf("invalid %s: %s", v[0].Field, v[0].Description)
-	return reason.Status(codes.InvalidArgument, reason.InvalidArgument, msg, &errdetails.BadRequest{FieldViolations: v}).Err()
+	return reason.Error(codes.InvalidArgument, reason.InvalidArgument, msg, &errdetails.BadRequest{FieldViolations: v})
 }
 
 func (v *violations) checkUsername(field, username string) {

@@ -29,9 +29,8 @@ func UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 		if err == nil {
 			return resp, nil
 		}
-		st := status.Convert(err)
 		var retry time.Duration
-		if reason.Retryable(st.Code()) {
+		if reason.Retryable(status.Code(err)) {
 			wait := ci.RetryAfter
 			if wait <= 0 {
 				wait = defaultRetry
@@ -39,12 +38,12 @@ func UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 			// Whole seconds, the unit of the header, in both.
 			retry = time.Duration(retryafter.Seconds(wait)) * time.Second
 		}
-		st, delay := reason.Complete(st, "", retry)
-		if delay > 0 {
+		se := reason.CompleteError(err, "", retry)
+		if delay := se.Delay(); delay > 0 {
 			// Fails only outside a server call (a direct test call); the
 			// RetryInfo still says it.
 			_ = grpc.SetHeader(ctx, metadata.Pairs(retryafter.Key, strconv.FormatInt(retryafter.Seconds(delay), 10)))
 		}
-		return nil, st.Err()
+		return nil, se
 	}
 }

@@ -1,6 +1,7 @@
 package reason
 
 import (
+	"errors"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -98,10 +99,68 @@ func Status(c codes.Code, reason, msg string, details ...proto.Message) *status.
 	return status.FromProto(p)
 }
 
-// Error is Status(c, reason, msg).Err().
-func Error(c codes.Code, reason, msg string) error {
-	return Status(c, reason, msg).Err()
+// Error returns Status(c, reason, msg) as a *StatusError.
+func Error(c codes.Code, reason, msg string, details ...proto.Message) error {
+	st := Status(c, reason, msg, details...)
+	e := &StatusError{st: st, reason: reason, complete: !Retryable(c)}
+	for _, d := range details {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			e.delay = ri.GetRetryDelay().AsDuration()
+		}
+	}
+	return e
 }
+
+// StatusError is an error made by Error or completed by CompleteError. It
+// carries its reason and retry delay in the clear, so the steps that act on
+// them (the REST status of a reason, the Retry-After header) need not
+// decode the status's details: every read of a status's details copies the
+// whole status (four copies on the REST error path before this type).
+type StatusError struct {
+	st     *status.Status
+	reason string
+	delay  time.Duration
+	// complete: Complete would change nothing (every status of a
+	// non-retryable code made by Status, and every completed one).
+	complete bool
+}
+
+func (e *StatusError) Error() string { return e.st.Err().Error() }
+
+// GRPCStatus returns the status: status.FromError and status.Code read it.
+func (e *StatusError) GRPCStatus() *status.Status { return e.st }
+
+// Reason returns the reason of the status's ErrorInfo ("" if it has none).
+func (e *StatusError) Reason() string { return e.reason }
+
+// Is reports whether target is an error of the same status.
+func (e *StatusError) Is(target error) bool {
+	if t, ok := target.(*StatusError); ok {
+		target = t.st.Err()
+	}
+	return errors.Is(e.st.Err(), target)
+}
+
+// CompleteError is Complete for an error: it returns err's status completed,
+// with its reason and retry delay. An err that is a complete *StatusError
+// already is returned as it is, without reading its status again.
+func CompleteError(err error, def string, retry time.Duration) *StatusError {
+	se, _ := err.(*StatusError)
+	if se != nil && se.complete {
+		return se
+	}
+	st, delay := Complete(status.Convert(err), def, retry)
+	var r string
+	if se != nil {
+		r = se.reason
+	} else {
+		r = Of(st)
+	}
+	return &StatusError{st: st, reason: r, delay: delay, complete: true}
+}
+
+// Delay returns the retry delay of the status's RetryInfo (0 if none).
+func (e *StatusError) Delay() time.Duration { return e.delay }
 
 // The type URLs of the details Complete looks for.
 const (

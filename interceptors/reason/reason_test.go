@@ -1,6 +1,7 @@
 package reason_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -88,5 +89,47 @@ func TestReasonsAreUpperSnake(t *testing.T) {
 		if reason.ForCode(c) == "" {
 			t.Errorf("code %v has no default reason", c)
 		}
+	}
+}
+
+// TestCompleteError checks that CompleteError returns a complete error
+// unchanged, completes the others as Complete does, and knows the reason
+// and delay of both.
+func TestCompleteError(t *testing.T) {
+	invalid := reason.Error(codes.InvalidArgument, reason.InvalidArgument, "bad name")
+	for _, test := range []struct {
+		name       string
+		err        error
+		retry      time.Duration
+		wantSame   bool
+		wantReason string
+		wantDelay  time.Duration
+		wantCode   codes.Code
+	}{
+		{"made complete", invalid, time.Second, true, reason.InvalidArgument, 0, codes.InvalidArgument},
+		{"retryable, made here", reason.Error(codes.ResourceExhausted, reason.Overloaded, "busy"), 2 * time.Second, false, reason.Overloaded, 2 * time.Second, codes.ResourceExhausted},
+		{"retryable, own RetryInfo", reason.Error(codes.Unavailable, reason.DatabaseUnavailable, "down", &errdetails.RetryInfo{RetryDelay: durationpb.New(3 * time.Second)}), time.Second, false, reason.DatabaseUnavailable, 3 * time.Second, codes.Unavailable},
+		{"plain status", status.Error(codes.NotFound, "no such thing"), 0, false, reason.NotFound, 0, codes.NotFound},
+		{"not a status", errors.New("boom"), 0, false, "UNKNOWN", 0, codes.Unknown},
+	} {
+		t.Run(test.name, func(t *testing.T) {
+			got := reason.CompleteError(test.err, "", test.retry)
+			if same := error(got) == test.err; same != test.wantSame {
+				t.Errorf("returned the same error: got %v, want %v", same, test.wantSame)
+			}
+			if got.Reason() != test.wantReason || got.Delay() != test.wantDelay || status.Code(got) != test.wantCode {
+				t.Errorf("got reason %q delay %v code %v, want %q %v %v", got.Reason(), got.Delay(), status.Code(got), test.wantReason, test.wantDelay, test.wantCode)
+			}
+			// What the status says agrees with what the error carries.
+			if r := reason.Of(got.GRPCStatus()); r != test.wantReason {
+				t.Errorf("status's ErrorInfo reason: got %q, want %q", r, test.wantReason)
+			}
+			if again := reason.CompleteError(got, "", test.retry); again != got {
+				t.Errorf("a completed error was completed again")
+			}
+			if !errors.Is(got, got) || errors.Is(got, reason.Error(codes.Internal, reason.Internal, "other")) {
+				t.Errorf("errors.Is: a status error must match itself and only its own status")
+			}
+		})
 	}
 }

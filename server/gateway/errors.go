@@ -34,23 +34,24 @@ func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshale
 	if hse, ok := errors.AsType[*runtime.HTTPStatusError](err); ok {
 		httpStatus, err = hse.HTTPStatus, hse.Err
 	}
-	st := status.Convert(err)
+	code := status.Code(err)
 	if httpStatus == 0 {
-		httpStatus = runtime.HTTPStatusFromCode(st.Code())
+		httpStatus = runtime.HTTPStatusFromCode(code)
 	}
 	def := ""
-	if st.Code() == codes.InvalidArgument && bodyMalformed(r) {
+	if code == codes.InvalidArgument && bodyMalformed(r) {
 		def = reason.MalformedBody
 	}
 	var retry time.Duration
 	if httpStatus == http.StatusTooManyRequests || httpStatus == http.StatusServiceUnavailable {
 		retry = time.Second
 	}
-	st, delay := reason.Complete(st, def, retry)
-	if delay > 0 && !hasRetryAfter(ctx) {
+	// The chain's errors come complete: this reads nothing of them again.
+	se := reason.CompleteError(err, def, retry)
+	if delay := se.Delay(); delay > 0 && !hasRetryAfter(ctx) {
 		w.Header().Set("Retry-After", strconv.FormatInt(retryafter.Seconds(delay), 10))
 	}
-	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, &runtime.HTTPStatusError{HTTPStatus: httpStatus, Err: st.Err()})
+	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, &runtime.HTTPStatusError{HTTPStatus: httpStatus, Err: se})
 }
 
 // hasRetryAfter reports whether the call's response metadata holds a

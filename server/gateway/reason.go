@@ -22,6 +22,13 @@ var reasonHTTPStatus = map[string]int{
 // reasonStatus gives err the HTTP status of its reason, if reasonHTTPStatus
 // has one, and returns any other error as it is.
 func reasonStatus(err error) error {
+	if se, ok := err.(*reason.StatusError); ok {
+		// The chain's errors: the reason is known without decoding.
+		if code, ok := reasonHTTPStatus[se.Reason()]; ok {
+			return &runtime.HTTPStatusError{HTTPStatus: code, Err: err}
+		}
+		return err
+	}
 	st, ok := status.FromError(err)
 	if !ok || len(st.Proto().GetDetails()) == 0 {
 		return err

@@ -48,10 +48,7 @@ func (s *bodySlots) acquire(gw *runtime.ServeMux, w http.ResponseWriter, r *http
 	if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
 		return r, func() {}, false
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), bodySlotWait)
-	err := s.sem.Acquire(ctx, 1)
-	cancel()
-	if err != nil {
+	if !s.sem.TryAcquire(1) && !s.wait(r.Context()) {
 		w.Header().Set("Retry-After", "1")
 		writeError(gw, w, r, errNoBodySlot)
 		return r, nil, true
@@ -60,6 +57,14 @@ func (s *bodySlots) acquire(gw *runtime.ServeMux, w http.ResponseWriter, r *http
 	release = func() { once.Do(func() { s.sem.Release(1) }) }
 	r.Body = &slotBody{ReadCloser: r.Body, release: release}
 	return r, release, false
+}
+
+// wait waits up to bodySlotWait for a slot; the timer is made only when
+// no slot is free at once.
+func (s *bodySlots) wait(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, bodySlotWait)
+	defer cancel()
+	return s.sem.Acquire(ctx, 1) == nil
 }
 
 // slotBody gives its slot back at the end of the body, when it is no

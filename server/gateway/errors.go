@@ -22,6 +22,15 @@ var errRouteNotFound = &runtime.HTTPStatusError{
 	Err:        reason.Error(codes.NotFound, reason.RouteNotFound, "Not Found"),
 }
 
+// reasonHTTPStatus holds the HTTP statuses of the error reasons (of domain
+// "sheba") whose REST answer is not the one of their gRPC code.
+var reasonHTTPStatus = map[string]int{
+	// An idempotency key reused with another request is INVALID_ARGUMENT
+	// on gRPC, and 422 on REST as the IETF Idempotency-Key draft says: the
+	// request itself is well formed (docs/api.md#idempotency-keys).
+	reason.IdempotencyKeyReused: http.StatusUnprocessableEntity,
+}
+
 // errorHandler writes a google.rpc.Status body with the HTTP status of its
 // code, or of its reason (docs/api.md#errors). It is the REST side's
 // central step for errors: the chain's errors come with their ErrorInfo
@@ -29,13 +38,14 @@ var errRouteNotFound = &runtime.HTTPStatusError{
 // here, with MALFORMED_BODY for a body the marshaler could not decode, and
 // the message is made valid UTF-8 so the answer can always be marshaled.
 func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
-	err = reasonStatus(overLimitError(r, err))
+	err = overLimitError(r, err)
 	httpStatus := 0
 	if hse, ok := errors.AsType[*runtime.HTTPStatusError](err); ok {
 		httpStatus, err = hse.HTTPStatus, hse.Err
 	}
 	code := status.Code(err)
-	if httpStatus == 0 {
+	byCode := httpStatus == 0
+	if byCode {
 		httpStatus = runtime.HTTPStatusFromCode(code)
 	}
 	def := ""
@@ -48,6 +58,9 @@ func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshale
 	}
 	// The chain's errors come complete: this reads nothing of them again.
 	se := reason.CompleteError(err, def, retry)
+	if s, ok := reasonHTTPStatus[se.Reason()]; ok && byCode {
+		httpStatus = s
+	}
 	if delay := se.Delay(); delay > 0 && !hasRetryAfter(ctx) {
 		w.Header().Set("Retry-After", strconv.FormatInt(retryafter.Seconds(delay), 10))
 	}

@@ -95,7 +95,11 @@ func load(ctx context.Context, e *testEnv, clients int, warmup, d time.Duration)
 // (make bench runs it).
 func TestAdaptiveOverload(t *testing.T) {
 	if os.Getenv("SHEBA_OVERLOAD") != "1" {
-		t.Skip("the overload measurement runs with SHEBA_OVERLOAD=1 (make bench)")
+		// A wall-clock measurement (goodput and p99 over 40 s) is a
+		// benchmark, not a test: it must not fail make test on a slow
+		// machine. That the adaptive limit sheds is tested always, by
+		// TestAdaptiveLimitSheds.
+		t.Skip("timing measurement, run by make bench-limits (SHEBA_OVERLOAD=1); TestAdaptiveLimitSheds tests the shedding itself")
 	}
 	const conns, sleep = 8, 5 * time.Millisecond
 	run := func(adaptive bool, clients int) (float64, time.Duration, int) {

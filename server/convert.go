@@ -39,3 +39,12 @@ func statusToProto(s store.Status) shebav1.SubscriptionStatus {
 		return shebav1.SubscriptionStatus_SUBSCRIPTION_STATUS_UNSPECIFIED
 	}
 }
+
+// toProtos converts the rows of a page with convert.
+func toProtos[R, P any](rows []R, convert func(R) P) []P {
+	out := make([]P, len(rows))
+	for i, r := range rows {
+		out[i] = convert(r)
+	}
+	return out
+}

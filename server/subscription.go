@@ -116,9 +116,6 @@ func (s *subscriptionServer) ListSubscriptions(ctx context.Context, req *shebav1
 	subs, resp.NextPageToken = nextPage(s.tokens, subs, size, binding, func(sub store.Subscription) store.Cursor {
 		return store.Cursor{CreateTime: sub.CreateTime, ID: sub.ID}
 	})
-	resp.Subscriptions = make([]*shebav1.Subscription, len(subs))
-	for i, sub := range subs {
-		resp.Subscriptions[i] = subscriptionToProto(sub)
-	}
+	resp.Subscriptions = toProtos(subs, subscriptionToProto)
 	return resp, nil
 }

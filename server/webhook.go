@@ -153,10 +153,7 @@ func (s *webhookServer) ListWebhookEndpoints(ctx context.Context, req *shebav1.L
 	es, resp.NextPageToken = nextPage(s.tokens, es, size, binding, func(e store.WebhookEndpoint) store.Cursor {
 		return store.Cursor{CreateTime: e.CreateTime, ID: e.ID}
 	})
-	resp.WebhookEndpoints = make([]*shebav1.WebhookEndpoint, len(es))
-	for i, e := range es {
-		resp.WebhookEndpoints[i] = endpointToProto(e)
-	}
+	resp.WebhookEndpoints = toProtos(es, endpointToProto)
 	return resp, nil
 }
 
@@ -206,10 +203,7 @@ func (s *webhookServer) ListWebhookDeliveries(ctx context.Context, req *shebav1.
 	ds, resp.NextPageToken = nextPage(s.tokens, ds, size, binding, func(d store.WebhookDelivery) store.Cursor {
 		return store.Cursor{CreateTime: d.CreateTime, ID: d.EventID}
 	})
-	resp.Deliveries = make([]*shebav1.WebhookDelivery, len(ds))
-	for i, d := range ds {
-		resp.Deliveries[i] = deliveryToProto(d)
-	}
+	resp.Deliveries = toProtos(ds, deliveryToProto)
 	return resp, nil
 }
 

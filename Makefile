@@ -30,18 +30,26 @@ run: build
 	fi; \
 	exec ./$(BIN) serve --config config/dev.yaml --migrate
 
+# The server programs the tests start besides Postgres (PROGRAM=PACKAGE):
+# scripts/need.sh installs the missing ones first when we are root, and
+# otherwise names what to install.
+TEST_PROGRAMS := redis-server=redis-server
+
 # Every test, against a throwaway Postgres that scripts/pg.sh starts and removes
 # (installing the server first when it is missing and we are root).
 test:
+	bash scripts/need.sh $(TEST_PROGRAMS)
 	bash scripts/pg.sh test -- $(GO) test $(TESTFLAGS) $(PKGS)
 
 test-race:
+	bash scripts/need.sh $(TEST_PROGRAMS)
 	bash scripts/pg.sh test -- $(GO) test -race $(TESTFLAGS) $(PKGS)
 
 # Every fuzz target for FUZZTIME each (default 30s), on the throwaway Postgres
 # (scripts/fuzz.sh). make test already runs their seed corpora.
 FUZZTIME ?= 30s
 fuzz:
+	bash scripts/need.sh $(TEST_PROGRAMS)
 	bash scripts/pg.sh test -- bash scripts/fuzz.sh $(FUZZTIME)
 
 # Regenerate gen/ from proto/. The last step writes the file that embeds the
@@ -86,6 +94,7 @@ bench:
 # concurrency limit under overload (about 45 s). make bench runs it after
 # the table.
 bench-limits:
+	bash scripts/need.sh $(TEST_PROGRAMS)
 	$(GO) test -run '^$$' -bench BenchmarkAllow -benchtime 2s ./interceptors/ratelimit/redislimit
 	SHEBA_OVERLOAD=1 bash scripts/pg.sh test -- $(GO) test -count=1 -run '^TestAdaptiveOverload$$' -v ./cmd/sheba
 

@@ -29,6 +29,10 @@
 # Sourcing the file defines the functions without running anything.
 set -euo pipefail
 
+# apt_install and can_apt.
+# shellcheck source=scripts/need.sh
+source "$(dirname "${BASH_SOURCE[0]}")/need.sh"
+
 # The one line said when there are no server binaries and we cannot install them.
 PG_INSTALL_HINT="Postgres server not found: install it (Debian: $( ((EUID == 0)) || echo 'sudo ')apt-get install postgresql) or set PG_BINDIR to the folder of its initdb, pg_ctl, postgres and psql"
 readonly PG_INSTALL_HINT
@@ -85,25 +89,11 @@ find_bindir() {
 	return 1
 }
 
-# has_apt succeeds when apt-get can be run.
-has_apt() {
-	local p
-	p=$(command -v apt-get 2>/dev/null) && [[ -x $p ]]
-}
-
-# install_postgres installs Debian's server package with apt-get, its output
-# in a log that is shown only when it fails.
+# install_postgres installs Debian's server package with apt-get
+# (scripts/need.sh), saying so on one line.
 install_postgres() {
 	log 'Postgres server not found: installing it with apt-get (postgresql)'
-	local out
-	out=$(mktemp "${TMPDIR:-/tmp}/sheba-apt.XXXXXX")
-	if ! { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-		-o DPkg::Lock::Timeout=300 postgresql; } >"$out" 2>&1 </dev/null; then
-		tail -n 20 "$out" >&2
-		rm -f "$out"
-		die 'apt-get could not install postgresql (its output is above)'
-	fi
-	rm -f "$out"
+	apt_install postgresql || die 'apt-get could not install postgresql'
 }
 
 # ensure_bindir [--no-install] sets BINDIR, installing the server first when
@@ -116,7 +106,7 @@ ensure_bindir() {
 	if [[ -n "${PG_BINDIR:-}" ]]; then
 		die "PG_BINDIR=$PG_BINDIR lacks initdb, pg_ctl, postgres or psql: point it at the Postgres server binaries or unset it"
 	fi
-	if [[ "${1:-}" == --no-install ]] || ((EUID != 0)) || ! has_apt; then
+	if [[ "${1:-}" == --no-install ]] || ! can_apt; then
 		die "$PG_INSTALL_HINT"
 	fi
 	install_postgres

@@ -1,6 +1,6 @@
 // Package redistest runs a real, throwaway redis-server for tests.
 //
-// Each Start runs Debian's redis-server (installed by .ci/run) on a free
+// Each Start runs Debian's redis-server (make test installs it) on a free
 // 127.0.0.1 port, in a temporary folder, without persistence; it is killed
 // when the test ends. A test that cannot find redis-server fails with a
 // message saying how to install it: a Redis test must never pass by not
@@ -30,7 +30,7 @@ type Server struct {
 func Start(tb testing.TB) *Server {
 	tb.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
-		tb.Fatal("redis-server not found: install it (Debian: apt-get install redis-server; .ci/run does)")
+		tb.Fatal("redis-server not found: install it (Debian: apt-get install redis-server; make test does)")
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

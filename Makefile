@@ -8,8 +8,11 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 BIN := bin/sheba
-# Packages under test: everything but the tools module.
+# Packages under test: the service's module (./... leaves out the nested
+# modules: tools/ and the manifest checker, deploy/kubecheck, whose tests
+# run beside).
 PKGS := ./...
+KUBECHECK := GOWORK=off $(GO) -C deploy/kubecheck
 TESTFLAGS ?= -shuffle=on -count=1
 
 .PHONY: all build run test test-race fuzz generate generate-check lint bench bench-limits clean dev-db-stop
@@ -40,10 +43,12 @@ TEST_PROGRAMS := redis-server=redis-server
 test:
 	bash scripts/need.sh $(TEST_PROGRAMS)
 	bash scripts/pg.sh test -- $(GO) test $(TESTFLAGS) $(PKGS)
+	$(KUBECHECK) test $(TESTFLAGS) ./...
 
 test-race:
 	bash scripts/need.sh $(TEST_PROGRAMS)
 	bash scripts/pg.sh test -- $(GO) test -race $(TESTFLAGS) $(PKGS)
+	$(KUBECHECK) test -race $(TESTFLAGS) ./...
 
 # Every fuzz target for FUZZTIME each (default 30s), on the throwaway Postgres
 # (scripts/fuzz.sh). make test already runs their seed corpora.
@@ -78,6 +83,7 @@ generate-check: generate
 lint:
 	$(TOOL) buf lint
 	$(GO) vet $(PKGS)
+	$(KUBECHECK) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
 	if [ -n "$$out" ]; then echo "gofmt needed: $$out" >&2; exit 1; fi
 
@@ -96,7 +102,7 @@ bench:
 bench-limits:
 	bash scripts/need.sh $(TEST_PROGRAMS)
 	$(GO) test -run '^$$' -bench BenchmarkAllow -benchtime 2s ./interceptors/ratelimit/redislimit
-	SHEBA_OVERLOAD=1 bash scripts/pg.sh test -- $(GO) test -count=1 -run '^TestAdaptiveOverload$$' -v ./cmd/sheba
+	SHEBA_OVERLOAD=1 bash scripts/pg.sh test -- $(GO) test -count=1 -run '^TestAdaptiveOverload$$' -v ./e2e
 
 # Stops the dev Postgres of make run (in .data/, or its folder under /var/tmp).
 dev-db-stop:
@@ -142,11 +148,13 @@ image-check: image
 	bash scripts/pg.sh test -- bash scripts/image-check.sh $(IMAGE):$(VERSION)
 
 # Renders deploy/kubernetes (and its documented variant) with the pinned
-# kustomize and checks every object offline (deploy/kubecheck), then proves
-# the check fails on each broken overlay in deploy/kubecheck/testdata.
+# kustomize and checks every object offline (deploy/kubecheck, a module of
+# its own: its k8s.io dependencies are not the service's), then proves the
+# check fails on each broken overlay in deploy/kubecheck/testdata.
 deploy-check: build
-	$(GO) run ./deploy/kubecheck -sheba $(BIN) deploy/kubernetes deploy/kubecheck/testdata/ok-exec-readiness
-	$(GO) test -count=1 ./deploy/kubecheck
+	$(KUBECHECK) build -o $(CURDIR)/bin/kubecheck .
+	bin/kubecheck -sheba $(BIN) deploy/kubernetes deploy/kubecheck/testdata/ok-exec-readiness
+	$(KUBECHECK) test -count=1 ./...
 
 # The rolling-restart test (deploy/rollout_test.go, build tag rollout): two
 # replicas behind HAProxy, each restarted in turn under load on REST and

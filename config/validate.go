@@ -371,3 +371,18 @@ func checkRedisTimeout(d time.Duration) *Error {
 	}
 	return nil
 }
+
+// Warnings returns what is allowed in c but likely a mistake, one line
+// each, for `sheba serve` to log and `sheba config check` to print. Call it
+// on a validated Config.
+func (c Config) Warnings() []string {
+	var w []string
+	if s, l := c.Shutdown, c.Limits; s.Timeout <= s.DrainDelay+l.Timeout {
+		w = append(w, fmt.Sprintf("shutdown.timeout (%v) is not longer than shutdown.drain_delay (%v) + limits.timeout (%v): requests in flight at shutdown may be cut (docs/operations.md#graceful-shutdown)",
+			s.Timeout, s.DrainDelay, l.Timeout))
+	}
+	if c.Paging.Secret == "" {
+		w = append(w, "paging.secret is not set: page tokens are signed with a random key of this process, so they fail on other replicas and after a restart (docs/configuration.md#paging)")
+	}
+	return w
+}

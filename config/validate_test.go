@@ -449,3 +449,43 @@ func TestValidate(t *testing.T) {
 		})
 	}
 }
+
+func TestWarnings(t *testing.T) {
+	const secret = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
+	for _, test := range []struct {
+		name   string
+		change func(*Config)
+		want   []string // a part of each warning, in order
+	}{
+		{"defaults with a paging secret", func(*Config) {}, nil},
+		{"shutdown just longer than drain and deadline", func(c *Config) {
+			c.Shutdown.DrainDelay, c.Shutdown.Timeout, c.Limits.Timeout = 10*time.Second, 15*time.Second+time.Millisecond, 5*time.Second
+		}, nil},
+		{"shutdown equal to drain and deadline", func(c *Config) {
+			c.Shutdown.DrainDelay, c.Shutdown.Timeout, c.Limits.Timeout = 10*time.Second, 15*time.Second, 5*time.Second
+		}, []string{"shutdown.timeout (15s) is not longer than shutdown.drain_delay (10s) + limits.timeout (5s): requests in flight at shutdown may be cut"}},
+		{"shutdown shorter than the deadline alone", func(c *Config) {
+			c.Shutdown.Timeout, c.Limits.Timeout = 2*time.Second, 5*time.Second
+		}, []string{"shutdown.timeout (2s) is not longer than shutdown.drain_delay (0s) + limits.timeout (5s)"}},
+		{"no paging secret", func(c *Config) { c.Paging.Secret = "" }, []string{"paging.secret is not set"}},
+	} {
+		t.Run(test.name, func(t *testing.T) {
+			c := Default()
+			c.Database.URL = "postgres://sheba@localhost/sheba"
+			c.Paging.Secret = secret
+			test.change(&c)
+			if err := c.Validate(); err != nil {
+				t.Fatalf("config not valid: %v", err)
+			}
+			got := c.Warnings()
+			if len(got) != len(test.want) {
+				t.Fatalf("got warnings %q, want %d", got, len(test.want))
+			}
+			for i, w := range test.want {
+				if !strings.Contains(got[i], w) {
+					t.Errorf("warning %d: got %q, want it to say %q", i, got[i], w)
+				}
+			}
+		})
+	}
+}

@@ -15,7 +15,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -35,6 +34,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/shebasvc/sheba/e2e/shebaproc"
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/store/storetest"
 )
@@ -83,8 +83,8 @@ func TestRollingRestart(t *testing.T) {
 		t.Fatal("haproxy not found: install it (Debian: apt-get install haproxy); .ci/run does")
 	}
 	dir := t.TempDir()
-	sheba := goBuild(t, dir, "sheba", "../cmd/sheba")
-	probe := goBuild(t, dir, "grpc_health_probe", "github.com/grpc-ecosystem/grpc-health-probe", "-modfile=../tools/go.mod")
+	sheba := shebaproc.Binary(t)
+	probe := buildProbe(t, dir)
 	config, err := filepath.Abs("kubernetes/config.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -97,12 +97,11 @@ func TestRollingRestart(t *testing.T) {
 		"SHEBA_AUTH_KEYS=" + keys, // the Secret's auth-keys, as in the cluster
 		"SHEBA_SHUTDOWN_DRAIN_DELAY=" + drainDelay.String(),
 	}
-	p := ports{}
-	replicas := []*replica{newReplica(t, p, "a", sheba, env), newReplica(t, p, "b", sheba, env)}
+	replicas := []*replica{newReplica(t, "a", sheba, env), newReplica(t, "b", sheba, env)}
 	for _, r := range replicas {
-		r.start(t)
+		r.Start(t)
 	}
-	lb := startHAProxy(t, p, dir, haproxy, probe, replicas)
+	lb := startHAProxy(t, dir, haproxy, probe, replicas)
 	for _, r := range replicas {
 		lb.waitUp(t, r.name)
 	}
@@ -118,12 +117,12 @@ func TestRollingRestart(t *testing.T) {
 	time.Sleep(time.Second)
 	for _, r := range replicas {
 		stopped := time.Now()
-		code := r.stop(t)
+		code := r.Stop(t)
 		if code != 0 {
-			t.Errorf("replica %s exited %d after SIGTERM, want 0; log:\n%s", r.name, code, r.logs.String())
+			t.Errorf("replica %s exited %d after SIGTERM, want 0; log:\n%s", r.name, code, r.Logs())
 		}
 		exited := time.Since(stopped)
-		r.start(t)
+		r.Start(t)
 		lb.waitUp(t, r.name)
 		t.Logf("replica %s: exited %v after SIGTERM (drain_delay %v), back in the load balancer %v after SIGTERM",
 			r.name, exited.Round(10*time.Millisecond), drainDelay, time.Since(stopped).Round(10*time.Millisecond))
@@ -168,16 +167,15 @@ func TestRollingRestart(t *testing.T) {
 	}
 }
 
-// goBuild builds pkg (with extra flags for go build) into dir and returns
-// the binary's path.
-func goBuild(t *testing.T, dir, name, pkg string, flags ...string) string {
+// buildProbe builds grpc_health_probe, pinned in the tools module, into
+// dir and returns the binary's path.
+func buildProbe(t *testing.T, dir string) string {
 	t.Helper()
-	bin := filepath.Join(dir, name)
-	args := append([]string{"build", "-o", bin}, flags...)
-	cmd := exec.Command("go", append(args, pkg)...)
+	bin := filepath.Join(dir, "grpc_health_probe")
+	cmd := exec.Command("go", "build", "-o", bin, "-modfile=../tools/go.mod", "github.com/grpc-ecosystem/grpc-health-probe")
 	cmd.Env = append(os.Environ(), "GOWORK=off")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+		t.Fatalf("go build grpc_health_probe: %v\n%s", err, out)
 	}
 	return bin
 }
@@ -194,31 +192,6 @@ func newAPIKey(t *testing.T) (key, keys string) {
 	return key, string(b)
 }
 
-// ports hands out distinct ports on 127.0.0.1 that nothing listens on,
-// below Linux's default ephemeral range (32768-60999): a replica starts
-// again on its ports, and an outgoing connection must not have taken one
-// as its local port meanwhile, as it may any port of that range.
-type ports map[int]bool
-
-func (p ports) free(t *testing.T) int {
-	t.Helper()
-	for range 1000 {
-		port := 20000 + mrand.IntN(12000)
-		if p[port] {
-			continue
-		}
-		lis, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
-			continue
-		}
-		lis.Close()
-		p[port] = true
-		return port
-	}
-	t.Fatal("no free port in 20000-31999")
-	return 0
-}
-
 func sumFields(m map[string]string, keys ...string) int64 {
 	var n int64
 	for _, k := range keys {
@@ -233,78 +206,12 @@ func sumFields(m map[string]string, keys ...string) int64 {
 // replica is one sheba process, started again on the same ports after
 // each stop.
 type replica struct {
-	name               string
-	bin                string
-	env                []string
-	httpPort, grpcPort int
-	logs               *lockedBuffer // every run's log
-	cmd                *exec.Cmd
-	done               chan struct{} // closed when cmd has exited
+	name string
+	*shebaproc.Process
 }
 
-func newReplica(t *testing.T, p ports, name, bin string, env []string) *replica {
-	r := &replica{name: name, bin: bin, env: env, httpPort: p.free(t), grpcPort: p.free(t), logs: &lockedBuffer{}}
-	t.Cleanup(func() {
-		if r.cmd != nil {
-			_ = r.cmd.Process.Kill()
-			<-r.done
-		}
-	})
-	return r
-}
-
-func (r *replica) start(t *testing.T) {
-	t.Helper()
-	r.cmd = exec.Command(r.bin, "serve")
-	r.cmd.Env = append(os.Environ(), r.env...)
-	r.cmd.Env = append(r.cmd.Env,
-		fmt.Sprintf("SHEBA_HTTP_ADDR=127.0.0.1:%d", r.httpPort),
-		fmt.Sprintf("SHEBA_GRPC_ADDR=127.0.0.1:%d", r.grpcPort))
-	r.cmd.Stdout, r.cmd.Stderr = r.logs, r.logs
-	if err := r.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	r.done = done
-	cmd := r.cmd
-	go func() {
-		_ = cmd.Wait()
-		close(done)
-	}()
-}
-
-// stop sends SIGTERM and returns the exit status.
-func (r *replica) stop(t *testing.T) int {
-	t.Helper()
-	if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-r.done:
-	case <-time.After(time.Minute):
-		t.Fatalf("replica %s still runs a minute after SIGTERM; log:\n%s", r.name, r.logs.String())
-	}
-	code := r.cmd.ProcessState.ExitCode()
-	r.cmd = nil
-	return code
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent use.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+func newReplica(t *testing.T, name, bin string, env []string) *replica {
+	return &replica{name: name, Process: shebaproc.New(t, bin, env...)}
 }
 
 // ------------------------------------------------------------------ HAProxy
@@ -374,16 +281,16 @@ exec {{.Probe}} -addr="$3:$4" -connect-timeout={{.Timeout}} -rpc-timeout={{.Time
 type loadBalancer struct {
 	restAddr, grpcAddr string
 	socket             string
-	logs               *lockedBuffer
+	logs               *shebaproc.Buffer
 }
 
-func startHAProxy(t *testing.T, p ports, dir, haproxy, probe string, replicas []*replica) *loadBalancer {
+func startHAProxy(t *testing.T, dir, haproxy, probe string, replicas []*replica) *loadBalancer {
 	t.Helper()
 	lb := &loadBalancer{
-		restAddr: fmt.Sprintf("127.0.0.1:%d", p.free(t)),
-		grpcAddr: fmt.Sprintf("127.0.0.1:%d", p.free(t)),
+		restAddr: shebaproc.FreeAddr(t),
+		grpcAddr: shebaproc.FreeAddr(t),
 		socket:   filepath.Join(dir, "haproxy.sock"),
-		logs:     &lockedBuffer{},
+		logs:     &shebaproc.Buffer{},
 	}
 	check := filepath.Join(dir, "grpc-check.sh")
 	var script bytes.Buffer
@@ -395,11 +302,13 @@ func startHAProxy(t *testing.T, p ports, dir, haproxy, probe string, replicas []
 	}
 	type server struct {
 		Name               string
-		HTTPPort, GRPCPort int
+		HTTPPort, GRPCPort string
 	}
 	var servers []server
 	for _, r := range replicas {
-		servers = append(servers, server{r.name, r.httpPort, r.grpcPort})
+		_, httpPort, _ := net.SplitHostPort(r.HTTPAddr)
+		_, grpcPort, _ := net.SplitHostPort(r.GRPCAddr)
+		servers = append(servers, server{r.name, httpPort, grpcPort})
 	}
 	_, restPort, _ := net.SplitHostPort(lb.restAddr)
 	_, grpcPort, _ := net.SplitHostPort(lb.grpcAddr)

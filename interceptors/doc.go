@@ -2,7 +2,7 @@
 // package per concern, for what go-grpc-middleware v2 lacks; each package's
 // doc.go says where it sits in the chain and which codes it returns.
 //
-// The chain that orders them is built once, in cmd/sheba (chain.go), and
+// The chain that orders them is built once, in internal/app (chain.go), and
 // serves both the grpc.Server and the REST gateway's in-process channel:
 // request log → error details → metrics → recovery → auth → rate limits →
 // concurrency → timeout → failfast → idempotency → handler. No package here

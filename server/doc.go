@@ -4,7 +4,7 @@
 // A handler validates its input (validate.go: InvalidArgument with
 // google.rpc.BadRequest field violations), makes one store call, and maps
 // the store's sentinel errors to status codes through one table (errors.go).
-// Services.Register puts them on any grpc.ServiceRegistrar; cmd/sheba
+// Services.Register puts them on any grpc.ServiceRegistrar; internal/app
 // registers them on the grpc.Server and on the REST gateway's in-process
 // channel (server/gateway), both behind the same interceptor chain. The
 // package imports no net/http, no gateway and no driver, so a handler is

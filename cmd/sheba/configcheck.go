@@ -10,8 +10,10 @@ import (
 // configuration exactly as serve does (the file, then the environment's
 // overrides, then validation) and connects nowhere, so a deployment can vet
 // a config file before it rolls out (docs/deployment.md). An invalid config
-// is a usage error: one line naming the key on stderr, exit status 2.
-func configCmd(args []string, lookup func(string) (string, bool), stdout io.Writer) error {
+// is a usage error: one line naming the key on stderr, exit status 2. A
+// valid one that is likely a mistake (config.Config.Warnings) gets a
+// warning line each on stderr and still exits 0.
+func configCmd(args []string, lookup func(string) (string, bool), stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "check" {
 		return usagef("config: want 'config check [--config FILE]'")
 	}
@@ -24,13 +26,18 @@ func configCmd(args []string, lookup func(string) (string, bool), stdout io.Writ
 	if path == "" {
 		path, _ = lookup("SHEBA_CONFIG")
 	}
-	if _, err := loadConfig(path, lookup); err != nil {
+	cfg, err := loadConfig(path, lookup)
+	if err != nil {
 		return err
+	}
+	// Allowed, so still ok, but said: serve logs the same lines.
+	for _, w := range cfg.Warnings() {
+		fmt.Fprintln(stderr, "sheba: warning:", w)
 	}
 	source := "defaults and environment, no file"
 	if path != "" {
 		source = path + " and environment"
 	}
-	_, err := fmt.Fprintf(stdout, "config ok (%s)\n", source)
+	_, err = fmt.Fprintf(stdout, "config ok (%s)\n", source)
 	return err
 }

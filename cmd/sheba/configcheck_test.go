@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/shebasvc/sheba/e2e/shebaproc"
 )
 
 func TestConfigCheck(t *testing.T) {
@@ -70,22 +72,31 @@ func TestConfigCheck(t *testing.T) {
 }
 
 // TestConfigCheckExitStatus runs the binary as a deployment script would: a
-// bad config exits 2 with one line on stderr, a good one exits 0.
+// bad config exits 2 with one line on stderr, a good one exits 0 silently,
+// and one that is allowed but likely a mistake exits 0 with one warning
+// line naming the keys.
 func TestConfigCheckExitStatus(t *testing.T) {
+	bin := shebaproc.Binary(t)
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
 	writeConfigFile(t, bad, "limits:\n  max_inflight: 0\n")
+	const secret = "SHEBA_PAGING_SECRET=00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
 	for _, test := range []struct {
 		name       string
 		args       []string
+		env        []string
 		wantStatus int
 		wantStderr string
 	}{
-		{"valid", []string{"config", "check"}, 0, ""},
-		{"invalid", []string{"config", "check", "--config", bad}, 2, "limits.max_inflight"},
+		{"valid", []string{"config", "check"}, []string{secret}, 0, ""},
+		{"invalid", []string{"config", "check", "--config", bad}, []string{secret}, 2, "limits.max_inflight"},
+		{"shutdown shorter than drain and deadline", []string{"config", "check"},
+			[]string{secret, "SHEBA_SHUTDOWN_DRAIN_DELAY=20s", "SHEBA_SHUTDOWN_TIMEOUT=25s"}, 0,
+			"warning: shutdown.timeout (25s) is not longer than shutdown.drain_delay (20s) + limits.timeout (5s)"},
+		{"no paging secret", []string{"config", "check"}, nil, 0, "warning: paging.secret is not set"},
 	} {
 		t.Run(test.name, func(t *testing.T) {
-			cmd := exec.Command(os.Args[0], test.args...)
-			cmd.Env = append(os.Environ(), "SHEBA_TEST_AS_MAIN=1", "DATABASE_URL=postgres://sheba@db.example/sheba")
+			cmd := exec.Command(bin, test.args...)
+			cmd.Env = append([]string{"DATABASE_URL=postgres://sheba@db.example/sheba"}, test.env...)
 			var stderr bytes.Buffer
 			cmd.Stderr = &stderr
 			err := cmd.Run()

@@ -12,10 +12,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	_ "google.golang.org/grpc/encoding/gzip" // the gzip compressor for gRPC
-	"google.golang.org/grpc/grpclog"
-
-	"github.com/shebasvc/sheba/codec/grpczstd"
+	"github.com/shebasvc/sheba/internal/app"
 )
 
 // Set at link time by the Makefile (-ldflags -X).
@@ -25,13 +22,11 @@ var (
 )
 
 func main() {
-	// gRPC compressors are process-wide and registered before any server.
-	grpczstd.Register()
-	quietRedisLog()
-	// So is grpc-go's logger, and it may be set only before gRPC runs: its
-	// own lines go to stderr as slog JSON records (logger=grpc, warnings
-	// and errors) from here, before the config (and log.format) is read.
-	grpclog.SetLoggerV2(newGRPCLogger(slog.New(slog.NewJSONHandler(os.Stderr, nil))))
+	// Process-wide settings come before any server. grpc-go's logger may
+	// be set only before gRPC runs: its own lines go to stderr as slog
+	// JSON records (logger=grpc, warnings and errors) from here, before
+	// the config (and log.format) is read.
+	app.Prepare(slog.New(slog.NewJSONHandler(os.Stderr, nil)))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr)
 	stop()

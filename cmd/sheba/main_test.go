@@ -3,39 +3,23 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/shebasvc/sheba/codec/grpczstd"
+	"github.com/shebasvc/sheba/e2e/shebaproc"
 	"github.com/shebasvc/sheba/gen/openapiv2"
 	"github.com/shebasvc/sheba/store/storetest"
 )
 
-// TestMain lets a test run this binary as the sheba command: with
-// SHEBA_TEST_AS_MAIN set, the test binary is sheba.
-func TestMain(m *testing.M) {
-	if os.Getenv("SHEBA_TEST_AS_MAIN") == "1" {
-		main()
-		os.Exit(0)
-	}
-	// gRPC compressors are registered once per process, before any
-	// server, as main does.
-	grpczstd.Register()
-	quietRedisLog()
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { os.Exit(storetest.Run(m)) }
 
 // mapEnv is a lookup backed by a map.
 func mapEnv(m map[string]string) func(string) (string, bool) {
@@ -136,24 +120,28 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
-// TestServeMigrateAndSIGTERM runs the real binary: serve --migrate on a
-// fresh database answers REST and gRPC ports, then exits 0 on SIGTERM.
+// TestServeMigrateAndSIGTERM runs the built command: serve --migrate on a
+// fresh database answers on the REST port, then exits 0 on SIGTERM and
+// closes its ports; the migrations it applied are listed as applied.
 func TestServeMigrateAndSIGTERM(t *testing.T) {
 	url := storetest.NewDatabase(t)
-	p := startSheba(t, url)
-	httpAddr := p.httpAddr
-	resp, err := http.Get("http://" + httpAddr + "/v1/ping")
+	p := shebaproc.New(t, "", "DATABASE_URL="+url)
+	p.Args = []string{"serve", "--migrate"}
+	p.Start(t)
+	p.WaitReady(t, 20*time.Second)
+	resp, err := http.Get("http://" + p.HTTPAddr + "/v1/ping")
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET /v1/ping: %v %v", resp, err)
 	}
 	resp.Body.Close()
 
-	p.stop(t)
-	if _, err := net.DialTimeout("tcp", httpAddr, time.Second); err == nil {
+	if code := p.Stop(t); code != 0 {
+		t.Fatalf("exit status %d after SIGTERM, want 0; log:\n%s", code, p.Logs())
+	}
+	if _, err := net.DialTimeout("tcp", p.HTTPAddr, time.Second); err == nil {
 		t.Error("HTTP port still accepts connections after exit")
 	}
 
-	// The migration left its tables: migrate status says applied.
 	out, err := runCmd(t, map[string]string{"DATABASE_URL": url}, "migrate", "status")
 	if err != nil {
 		t.Fatalf("migrate status: %v", err)
@@ -168,70 +156,4 @@ func TestServeMigrateAndSIGTERM(t *testing.T) {
 	if applied == 0 {
 		t.Errorf("migrate status lists nothing applied:\n%s", out)
 	}
-}
-
-// shebaProcess is this test binary running as "sheba serve --migrate".
-type shebaProcess struct {
-	cmd                *exec.Cmd
-	httpAddr, grpcAddr string
-	logs               *bytes.Buffer
-}
-
-// startSheba starts sheba on the database at url, with extra environment
-// variables env, and waits until it is ready.
-func startSheba(t *testing.T, url string, env ...string) *shebaProcess {
-	t.Helper()
-	p := &shebaProcess{httpAddr: freeAddr(t), grpcAddr: freeAddr(t), logs: &bytes.Buffer{}}
-	p.cmd = exec.Command(os.Args[0], "serve", "--migrate")
-	p.cmd.Env = append(os.Environ(),
-		"SHEBA_TEST_AS_MAIN=1",
-		"DATABASE_URL="+url,
-		"SHEBA_HTTP_ADDR="+p.httpAddr,
-		"SHEBA_GRPC_ADDR="+p.grpcAddr,
-	)
-	p.cmd.Env = append(p.cmd.Env, env...)
-	p.cmd.Stderr = p.logs
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.cmd.Process.Kill() })
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		resp, err := http.Get("http://" + p.httpAddr + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return p
-			}
-		}
-	}
-	t.Fatalf("not ready within 20s; log:\n%s", p.logs.String())
-	return nil
-}
-
-// stop sends SIGTERM and waits for a clean exit.
-func (p *shebaProcess) stop(t *testing.T) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- p.cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("exit after SIGTERM: %v; log:\n%s", err, p.logs.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("still running 30s after SIGTERM; log:\n%s", p.logs.String())
-	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	lis, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lis.Close()
-	return fmt.Sprint(lis.Addr())
 }

@@ -11,16 +11,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"runtime"
 	"strings"
 	"text/tabwriter"
-	"time"
-
-	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/shebasvc/sheba/config"
 	"github.com/shebasvc/sheba/gen/openapiv2"
+	"github.com/shebasvc/sheba/internal/app"
 	"github.com/shebasvc/sheba/store"
 )
 
@@ -44,9 +41,8 @@ func usagef(format string, args ...any) error {
 	return &usageError{msg: fmt.Sprintf(format, args...)}
 }
 
-// run is the only wiring code: it reads the command line and the
-// configuration, connects what the command needs and runs it until ctx is
-// done.
+// run reads the command line and the configuration and runs the command
+// until ctx is done; serving is the assembly's (internal/app).
 func run(ctx context.Context, args []string, lookup func(string) (string, bool), stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return usagef("no command given\n%s", usage)
@@ -64,7 +60,7 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 		_, err := io.WriteString(stdout, openapiv2.Document)
 		return err
 	case "config":
-		return configCmd(rest, lookup, stdout)
+		return configCmd(rest, lookup, stdout, stderr)
 	case "apikey":
 		return apikeyCmd(rest, stdout)
 	case "version":
@@ -138,57 +134,11 @@ func serve(ctx context.Context, args []string, lookup func(string) (string, bool
 		}
 		log.InfoContext(ctx, "migrations applied")
 	}
-	tp, flush, err := newTracerProvider(ctx, lookup)
-	if err != nil {
-		return fmt.Errorf("tracing: %w", err)
-	}
-	defer func() {
-		// Spans of the last requests leave before exit.
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := flush(fctx); err != nil {
-			log.Warn("flushing traces", "error", err)
-		}
-	}()
-	// No query outlives the longest request (docs/operations.md#slow-database).
-	pool, err := store.OpenPool(ctx, cfg.Database.URL, cfg.Database.MaxConns, tp, store.WithStatementTimeout(cfg.Limits.Timeout))
+	a, err := app.New(ctx, cfg, log, app.WithEnv(lookup), app.WithVersion(version))
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	// The health check has a connection of its own: a busy business pool
-	// must not make its ping wait in the pool's queue, and the replica look
-	// down when the database is only slow. Its pings are not traced. A ping
-	// that times out is cancelled like any query, keeping the connection: a
-	// new one costs several round trips and the authentication, which on a
-	// loaded machine can outlast the next ping's deadline too.
-	healthPool, err := store.OpenPool(ctx, cfg.Database.URL, 1, tracenoop.NewTracerProvider(),
-		store.WithStatementTimeout(healthPingTimeout))
-	if err != nil {
-		return err
-	}
-	defer healthPool.Close()
-
-	srv, err := newService(ctx, cfg, log, serviceDeps{
-		store:          store.New(pool),
-		healthStore:    store.New(healthPool),
-		pool:           pool,
-		tracerProvider: tp,
-	})
-	if err != nil {
-		return err
-	}
-	var lc net.ListenConfig
-	grpcLis, err := lc.Listen(ctx, "tcp", cfg.GRPC.Addr)
-	if err != nil {
-		return fmt.Errorf("listen grpc.addr: %w", err)
-	}
-	httpLis, err := lc.Listen(ctx, "tcp", cfg.HTTP.Addr)
-	if err != nil {
-		grpcLis.Close()
-		return fmt.Errorf("listen http.addr: %w", err)
-	}
-	return srv.serve(ctx, grpcLis, httpLis)
+	return a.ListenAndServe(ctx)
 }
 
 func migrate(ctx context.Context, args []string, lookup func(string) (string, bool), stdout io.Writer) error {

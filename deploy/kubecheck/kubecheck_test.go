@@ -2,11 +2,11 @@ package main
 
 import (
 	"bytes"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/shebasvc/sheba/e2e/shebaproc"
 )
 
 // TestKubecheck renders the base and overlays in testdata with the pinned
@@ -14,7 +14,7 @@ import (
 // the documented variant pass, and each broken overlay fails naming its
 // fault.
 func TestKubecheck(t *testing.T) {
-	sheba := buildSheba(t)
+	sheba := shebaproc.Binary(t)
 	for _, test := range []struct {
 		dir      string
 		wantCode int
@@ -85,16 +85,4 @@ func TestParseGoBytes(t *testing.T) {
 			t.Errorf("parseGoBytes(%q): got no error", bad)
 		}
 	}
-}
-
-// buildSheba builds the sheba command, which judges the config files.
-func buildSheba(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "sheba")
-	cmd := exec.Command("go", "build", "-o", bin, "../../cmd/sheba")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build sheba: %v\n%s", err, out)
-	}
-	return bin
 }

@@ -1,0 +1,481 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/shebasvc/sheba/config"
+	"github.com/shebasvc/sheba/interceptors/apikey"
+	"github.com/shebasvc/sheba/interceptors/concurrency"
+	"github.com/shebasvc/sheba/interceptors/drain"
+	"github.com/shebasvc/sheba/interceptors/idempotency"
+	"github.com/shebasvc/sheba/interceptors/metrics"
+	"github.com/shebasvc/sheba/interceptors/tracing"
+	"github.com/shebasvc/sheba/server"
+	"github.com/shebasvc/sheba/server/gateway"
+	"github.com/shebasvc/sheba/server/health"
+	"github.com/shebasvc/sheba/store"
+	"github.com/shebasvc/sheba/webhooks"
+)
+
+// App is sheba assembled: the database pools, the services, the chain,
+// both servers, the health checker and the webhook runner, each built from
+// its own config section. It owns start and shutdown. Build it with New,
+// then call Serve or ListenAndServe once.
+type App struct {
+	cfg   config.Config
+	log   *slog.Logger
+	flush func(context.Context) error // sends the buffered spans
+	// pool is the business pool (the store's, River's); healthPool is the
+	// health check's own connection.
+	pool, healthPool *pgxpool.Pool
+	store            *store.Store
+	rate             rateLimits
+	health           *health.Checker
+	streams          *drain.Drainer
+	grpc             *grpc.Server
+	http             *http.Server
+	webhooks         *webhooks.Runner
+}
+
+// New builds every part of sheba from cfg, which must be valid
+// (config.Load validates it). It connects nowhere: the database may be
+// down at start, and the service then starts not ready.
+func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Option) (_ *App, err error) {
+	o := evaluateOptions(opts)
+	for _, w := range cfg.Warnings() {
+		log.WarnContext(ctx, w)
+	}
+	tp, flush := o.tracerProvider, func(context.Context) error { return nil }
+	if tp == nil {
+		if tp, flush, err = newTracerProvider(ctx, o.lookup, o.version); err != nil {
+			return nil, fmt.Errorf("tracing: %w", err)
+		}
+	}
+	a := &App{cfg: cfg, log: log, flush: flush}
+	defer func() {
+		if err != nil {
+			a.close()
+		}
+	}()
+	// No query outlives the longest request (docs/operations.md#slow-database).
+	if a.pool, err = store.OpenPool(ctx, cfg.Database.URL, cfg.Database.MaxConns, tp, store.WithStatementTimeout(cfg.Limits.Timeout)); err != nil {
+		return nil, err
+	}
+	// The health check has a connection of its own: a busy business pool
+	// must not make its ping wait in the pool's queue, and the replica look
+	// down when the database is only slow. Its pings are not traced. A ping
+	// that times out is cancelled like any query, keeping the connection: a
+	// new one costs several round trips and the authentication, which on a
+	// loaded machine can outlast the next ping's deadline too.
+	if a.healthPool, err = store.OpenPool(ctx, cfg.Database.URL, 1, tracenoop.NewTracerProvider(),
+		store.WithStatementTimeout(healthPingTimeout)); err != nil {
+		return nil, err
+	}
+	a.store = store.New(a.pool)
+	// With tracing off, the instrumentation is left out rather than run
+	// against a no-op provider: it allocates on every call all the same.
+	if _, off := tp.(tracenoop.TracerProvider); off {
+		tp = nil
+	}
+	if err := a.build(ctx, o, tp); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// build makes the parts that serve: the services, the chain and both
+// servers.
+func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) error {
+	cfg, log := a.cfg, a.log
+	// Each service has its own registry, served at GET /metrics.
+	registry := prometheus.NewRegistry()
+	var err error
+	if a.webhooks, err = newWebhooks(cfg.Webhooks, a.pool, a.store, o.webhookOptions, log, tp, registry); err != nil {
+		return err
+	}
+	services, err := server.New(a.store, server.Options{
+		Log:                  log,
+		PageTokenKey:         cfg.Paging.Key(),
+		Events:               a.webhooks,
+		AllowPrivateWebhooks: cfg.Webhooks.AllowPrivateNetworks,
+	})
+	if err != nil {
+		return err
+	}
+	a.health = health.NewChecker(store.New(a.healthPool).Ping, o.healthInterval, server.ServiceNames())
+
+	m, err := metrics.New(registry, server.Methods())
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	inflight := newInflightLimiter(cfg.Limits)
+	if err := registerCollectors(registry, a.store.PoolCollector(), inflight); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	authn, keyIDs, err := newAuthenticator(cfg.Auth, m)
+	if err != nil {
+		return err
+	}
+	if a.rate, err = newRateLimits(cfg.Limits, cfg.Redis, keyIDs, log, tp); err != nil {
+		return err
+	}
+	if a.rate.backend != nil {
+		if err := registry.Register(a.rate.backend.Collector()); err != nil {
+			return fmt.Errorf("metrics: %w", err)
+		}
+	}
+	chain := unaryChain(chainDeps{
+		limits:     cfg.Limits,
+		authn:      authn,
+		keyIDs:     keyIDs,
+		log:        log,
+		rate:       a.rate,
+		inflight:   inflight,
+		metrics:    m,
+		dbUp:       a.health.DatabaseUp,
+		needsDB:    server.DatabaseMethods(),
+		keys:       a.store,
+		idempotent: server.IdempotentMethods(),
+		keyTTL:     cfg.Idempotency.TTL,
+		extra:      o.interceptors,
+	})
+
+	a.streams = drain.New()
+	a.grpc = newGRPCServer(cfg, chain, a.streams, tp)
+	services.Register(a.grpc)
+	healthpb.RegisterHealthServer(a.grpc, a.health.Service())
+	if cfg.GRPC.Reflection {
+		reflection.Register(a.grpc)
+	}
+	m.InitializeServer(a.grpc)
+
+	channel := gateway.NewChannel(chain)
+	services.Register(channel)
+	rest, err := gateway.New(ctx, channel, gateway.Options{
+		MaxBodyBytes:        cfg.HTTP.MaxBodyBytes,
+		MaxConcurrentBodies: cfg.HTTP.MaxConcurrentBodies,
+		CompressMinBytes:    cfg.Compression.MinBytes,
+		TracerProvider:      tp,
+	})
+	if err != nil {
+		return err
+	}
+	handler := gateway.Handler(rest, gateway.Operator{
+		Ready: a.health,
+		Metrics: promhttp.HandlerFor(registry, promhttp.HandlerOpts{
+			// OpenMetrics carries the exemplars (trace ids) of the histograms.
+			EnableOpenMetrics: true,
+			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		}),
+	})
+	a.http = newHTTPServer(cfg.HTTP, handler, log)
+	return nil
+}
+
+// Handler is the HTTP handler of http.addr: the REST gateway and the
+// operator endpoints.
+func (a *App) Handler() http.Handler { return a.http.Handler }
+
+// ServiceInfo describes the services on the gRPC server, as
+// grpc.Server.GetServiceInfo does.
+func (a *App) ServiceInfo() map[string]grpc.ServiceInfo { return a.grpc.GetServiceInfo() }
+
+// newWebhooks builds the webhook runner (docs/webhooks.md) from the
+// webhooks section; adjust, if not nil, changes its options last.
+func newWebhooks(c config.Webhooks, pool *pgxpool.Pool, st *store.Store, adjust func(*webhooks.Options), log *slog.Logger, tp trace.TracerProvider, reg prometheus.Registerer) (*webhooks.Runner, error) {
+	o := webhooks.Options{
+		Timeout:                c.Timeout,
+		MaxAttempts:            c.MaxAttempts,
+		BackoffBase:            c.Backoff.Base,
+		BackoffMax:             c.Backoff.Max,
+		PerEndpointConcurrency: c.PerEndpointConcurrency,
+		AllowPrivateNetworks:   c.AllowPrivateNetworks,
+		Log:                    log,
+		TracerProvider:         tp,
+		Registerer:             reg,
+	}
+	if adjust != nil {
+		adjust(&o)
+	}
+	return webhooks.New(pool, st, o)
+}
+
+// newAuthenticator parses the configured key hashes, once, into the API-key
+// check; it returns the key ids too, for the per-key limits.
+func newAuthenticator(c config.Auth, m *metrics.Metrics) (*apikey.Authenticator, []string, error) {
+	keys := make([]apikey.Key, len(c.Keys))
+	ids := make([]string, len(c.Keys))
+	for i, k := range c.Keys {
+		key, err := apikey.ParseKey(k.ID, k.SHA256)
+		if err != nil {
+			return nil, nil, fmt.Errorf("auth.keys[%d]: %w", i, err)
+		}
+		keys[i], ids[i] = key, k.ID
+	}
+	return apikey.New(keys, c.Public, apikey.WithOnReject(m.Rejected(metrics.ReasonUnauthenticated))), ids, nil
+}
+
+// newGRPCServer returns the grpc.Server with the chain on the sheba.v1
+// services, messages bounded to http.max_body_bytes, the limits of
+// grpcLimits, every stream ended by streams at shutdown, and a span per call
+// when tp is not nil.
+func newGRPCServer(cfg config.Config, chain grpc.UnaryServerInterceptor, streams *drain.Drainer, tp trace.TracerProvider) *grpc.Server {
+	business := map[string]bool{}
+	for _, name := range server.ServiceNames() {
+		business[name] = true
+	}
+	opts := []grpc.ServerOption{
+		// The chain is for business calls only: grpc.health.v1 (and
+		// reflection) answer without a key, limits or shedding, like the
+		// operator endpoints on HTTP, so probes work under any load.
+		grpc.UnaryInterceptor(selector.UnaryServerInterceptor(chain, selector.MatchFunc(
+			func(_ context.Context, c interceptors.CallMeta) bool { return business[c.Service] },
+		))),
+		// Streams (health Watch, reflection) never end by themselves:
+		// shutdown ends them so that the drain can finish.
+		grpc.StreamInterceptor(streams.StreamServerInterceptor()),
+		grpc.MaxRecvMsgSize(int(cfg.HTTP.MaxBodyBytes)),
+	}
+	opts = append(opts, grpcLimits(cfg.GRPC, cfg.Limits.Timeout)...)
+	if tp != nil {
+		opts = append(opts, grpc.StatsHandler(tracing.NewServerHandler(tp)))
+	}
+	return grpc.NewServer(opts...)
+}
+
+// healthPingTimeout is the statement timeout of the health check's
+// connection: the check gives each ping its interval at most (2 s).
+const healthPingTimeout = 2 * time.Second
+
+// maxHeaderBytes bounds the headers of an HTTP request and the metadata of a
+// gRPC call alike (grpc-go's default is 16 MiB).
+const maxHeaderBytes = 64 << 10
+
+// grpcLimits are the connection limits of the gRPC server
+// (docs/operations.md#slow-clients):
+//
+//   - grpc.max_concurrent_streams: a connection carries at most that many
+//     calls at once. grpc-go's default is no limit, which also turns off its
+//     cap on HTTP/2 rapid resets (it is derived from this value).
+//   - metadata of a call at most 64 KiB, like HTTP headers.
+//   - keepalive enforcement: a client may ping every 10 s at most (grpc-go's
+//     default of 5 min closes clients that use the common 10–60 s keepalive
+//     settings with too_many_pings), also with no call open, so an idle but
+//     kept-alive connection survives; one that pings faster is closed.
+//   - a connection is closed gracefully after about 30 min (grpc-go adds
+//     ±10% jitter), so clients spread over new replicas after a scale-up;
+//     its calls get the longest business deadline (limits.timeout) plus 5 s
+//     to finish, so no call is cut by it.
+//   - the server pings a connection idle for 1 min and closes it if no
+//     answer comes within 20 s, so a vanished client does not hold its
+//     streams.
+func grpcLimits(c config.GRPC, callTimeout time.Duration) []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxConcurrentStreams(uint32(c.MaxConcurrentStreams)),
+		grpc.MaxHeaderListSize(maxHeaderBytes),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+			MinTime:             10 * time.Second,
+			PermitWithoutStream: true,
+		}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionAge:      30 * time.Minute,
+			MaxConnectionAgeGrace: callTimeout + 5*time.Second,
+			Time:                  time.Minute,
+			Timeout:               20 * time.Second,
+		}),
+	}
+}
+
+// newHTTPServer returns the HTTP server of the REST gateway and the
+// operator endpoints, with the read deadlines of c: a client that sends its
+// headers or its whole request too slowly is cut
+// (docs/operations.md#slow-clients).
+func newHTTPServer(c config.HTTP, h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: c.ReadHeaderTimeout,
+		ReadTimeout:       c.ReadTimeout,
+		IdleTimeout:       c.IdleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}
+
+// registerCollectors registers the collectors beyond the call metrics: the
+// in-flight gauge, the database pool, the Go runtime and the process.
+func registerCollectors(reg prometheus.Registerer, pool prometheus.Collector, inflight concurrency.Limiter) error {
+	for _, c := range []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sheba_inflight_requests",
+			Help: "Business requests running now (REST and gRPC together).",
+		}, func() float64 { return float64(inflight.InFlight()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sheba_inflight_limit",
+			Help: "Business requests allowed to run at once now: limits.max_inflight, or the adaptive limit.",
+		}, func() float64 { return float64(inflight.Limit()) }),
+		pool,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	} {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ListenAndServe listens on grpc.addr and http.addr and serves as Serve
+// does.
+func (a *App) ListenAndServe(ctx context.Context) error {
+	var lc net.ListenConfig
+	grpcLis, err := lc.Listen(ctx, "tcp", a.cfg.GRPC.Addr)
+	if err != nil {
+		a.close()
+		return fmt.Errorf("listen grpc.addr: %w", err)
+	}
+	httpLis, err := lc.Listen(ctx, "tcp", a.cfg.HTTP.Addr)
+	if err != nil {
+		grpcLis.Close()
+		a.close()
+		return fmt.Errorf("listen http.addr: %w", err)
+	}
+	return a.Serve(ctx, grpcLis, httpLis)
+}
+
+// Serve serves gRPC on grpcLis and HTTP on httpLis until ctx is done, then
+// shuts down gracefully (docs/operations.md#graceful-shutdown): readiness
+// turns false, the drain delay passes, the listeners close, and in-flight
+// requests finish, all within shutdown.timeout; then the pools close and
+// the last spans are sent. It returns an error if a listener failed or the
+// shutdown ran out of time.
+func (a *App) Serve(ctx context.Context, grpcLis, httpLis net.Listener) error {
+	defer a.close()
+	// The checker outlives ctx: readiness must stay false while draining.
+	healthCtx, stopHealth := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopHealth()
+	go a.health.Run(healthCtx)
+	// The reaper stops with ctx, and is waited for: the pool it uses
+	// closes after Serve returns.
+	reapCtx, stopReap := context.WithCancel(ctx)
+	reaped := make(chan struct{})
+	go func() {
+		defer close(reaped)
+		idempotency.Reap(reapCtx, a.store, idempotency.ReapInterval(a.cfg.Idempotency.TTL), a.log)
+	}()
+	defer func() {
+		stopReap()
+		<-reaped
+	}()
+
+	// Webhook deliveries stop beside the servers, within the same bound:
+	// attempts in flight get half of it to finish, and whatever is left
+	// waits in the queue for any replica.
+	hooksCtx, stopHooks := context.WithCancel(context.WithoutCancel(ctx))
+	hooksDone := make(chan error, 1)
+	go func() { hooksDone <- a.webhooks.Run(hooksCtx, a.cfg.Shutdown.Timeout/2) }()
+	defer func() {
+		if err := <-hooksDone; err != nil {
+			a.log.Warn("stopping webhook deliveries", "error", err)
+		}
+	}()
+
+	errc := make(chan error, 2)
+	go func() { errc <- a.grpc.Serve(grpcLis) }()
+	go func() {
+		if err := a.http.Serve(httpLis); !errors.Is(err, http.ErrServerClosed) {
+			errc <- err
+			return
+		}
+		errc <- nil
+	}()
+	a.log.InfoContext(ctx, "serving", "grpc_addr", grpcLis.Addr().String(), "http_addr", httpLis.Addr().String())
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errc:
+		serveErr = fmt.Errorf("serve: %w", serveErr)
+	}
+	stopHooks()
+	return errors.Join(serveErr, a.stop())
+}
+
+// stop drains and stops both servers within shutdown.timeout.
+func (a *App) stop() error {
+	s := a.cfg.Shutdown
+	ctx, cancel := context.WithTimeout(context.Background(), s.Timeout)
+	defer cancel()
+	a.log.Info("shutting down", "drain_delay", s.DrainDelay.String(), "timeout", s.Timeout.String())
+	a.health.Shutdown()
+
+	// Load balancers see the failing readiness before the listeners close.
+	select {
+	case <-time.After(s.DrainDelay):
+	case <-ctx.Done():
+	}
+	a.health.EndWatches()
+	// Reflection streams (and any other) do not watch the health server:
+	// they are ended here, every unary call still running to its end.
+	a.streams.End()
+
+	grpcDone := make(chan struct{})
+	go func() {
+		a.grpc.GracefulStop()
+		close(grpcDone)
+	}()
+	httpErr := a.http.Shutdown(ctx)
+	select {
+	case <-grpcDone:
+	case <-ctx.Done():
+		a.grpc.Stop()
+		<-grpcDone
+	}
+	if ctx.Err() != nil {
+		_ = a.http.Close()
+		return fmt.Errorf("shutdown: in-flight requests cut after %s", s.Timeout)
+	}
+	if httpErr != nil {
+		return fmt.Errorf("shutdown http: %w", httpErr)
+	}
+	a.log.Info("shut down")
+	return nil
+}
+
+// close releases what New opened, in the reverse order: the Redis client
+// (when no request is left to decide a rate limit), the pools, and the
+// tracer, whose last spans leave before the process exits.
+func (a *App) close() {
+	if err := a.rate.close(); err != nil {
+		a.log.Warn("closing the redis client", "error", err.Error())
+	}
+	if a.healthPool != nil {
+		a.healthPool.Close()
+	}
+	if a.pool != nil {
+		a.pool.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := a.flush(ctx); err != nil {
+		a.log.Warn("flushing traces", "error", err)
+	}
+}

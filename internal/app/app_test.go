@@ -1,0 +1,101 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/shebasvc/sheba/config"
+	"github.com/shebasvc/sheba/store/storetest"
+)
+
+func TestMain(m *testing.M) {
+	Prepare(nil)
+	os.Exit(storetest.Run(m))
+}
+
+// benchApp is the assembly over cfg, its log at warn, closed when b ends;
+// it is not served.
+func benchApp(b *testing.B, cfg config.Config, opts ...Option) *App {
+	b.Helper()
+	a, err := New(context.Background(), cfg, slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn})), opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(a.close)
+	return a
+}
+
+func keyEntry(id, key string) config.APIKey {
+	sum := sha256.Sum256([]byte(key))
+	return config.APIKey{ID: id, SHA256: hex.EncodeToString(sum[:])}
+}
+
+// withKey sends key as x-api-key on every call.
+func withKey(key string) grpc.DialOption {
+	return grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		return invoker(metadata.AppendToOutgoingContext(ctx, "x-api-key", key), method, req, reply, cc, opts...)
+	})
+}
+
+func listen(tb testing.TB) net.Listener {
+	tb.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatalf("listen: %v", err)
+	}
+	tb.Cleanup(func() { lis.Close() })
+	return lis
+}
+
+// implementations is a grpc.ServiceRegistrar that keeps the
+// implementation of each service, by service name, to call it directly.
+type implementations map[string]any
+
+func (m implementations) RegisterService(desc *grpc.ServiceDesc, impl any) {
+	m[desc.ServiceName] = impl
+}
+
+// TestNewLogsWarnings checks that what config check warns of is logged at
+// start too, one line each, at level WARN.
+func TestNewLogsWarnings(t *testing.T) {
+	cfg := config.Default()
+	cfg.Database.URL = storetest.UnreachableURL(t)
+	cfg.Shutdown.DrainDelay, cfg.Shutdown.Timeout = 20*time.Second, 25*time.Second
+	var logs bytes.Buffer
+	a, err := New(t.Context(), cfg, slog.New(slog.NewJSONHandler(&logs, nil)))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	a.close()
+	var warned []string
+	for line := range strings.SplitSeq(strings.TrimSpace(logs.String()), "\n") {
+		var rec struct{ Level, Msg string }
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if rec.Level == "WARN" {
+			warned = append(warned, rec.Msg)
+		}
+	}
+	if diff := cmp.Diff(cfg.Warnings(), warned); diff != "" {
+		t.Errorf("warnings logged (-want +got):\n%s", diff)
+	}
+	if len(warned) != 2 || !strings.Contains(warned[0], "shutdown.timeout (25s)") {
+		t.Errorf("got warnings %q, want the shutdown bound's and the paging secret's", warned)
+	}
+}

@@ -1,0 +1,142 @@
+package app
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/shebasvc/sheba/config"
+	"github.com/shebasvc/sheba/interceptors/concurrency"
+	"github.com/shebasvc/sheba/interceptors/metrics"
+)
+
+// benchStream is the server transport stream the chain sees in a real call
+// (grpc.Method and grpc.SetHeader need one).
+type benchStream struct{ method string }
+
+func (s benchStream) Method() string                  { return s.method }
+func (s benchStream) SetHeader(metadata.MD) error     { return nil }
+func (s benchStream) SendHeader(metadata.MD) error    { return nil }
+func (s benchStream) SetTrailer(metadata.MD) error    { return nil }
+func (s benchStream) SetHeaderOnly(metadata.MD) error { return nil }
+
+// BenchmarkChain measures the interceptor chain around a no-op handler, as
+// each interceptor is added in chain order ("none" is the bare handler).
+// Limits are high enough never to reject.
+func BenchmarkChain(b *testing.B) {
+	cfg, ctx, info := benchCall()
+	cfg.Limits.Rate, cfg.Limits.Burst = 1e9, 1e9
+	cfg.Limits.PerKeyRate, cfg.Limits.PerKeyBurst = 1e9, 1e9
+	noop := func(context.Context, any) (any, error) { return nil, nil }
+	links := chainLinks(benchDeps(b, cfg))
+	// The chain grows one link at a time: the difference between two rows is
+	// the cost of the link added.
+	for n := 0; n <= len(links); n++ {
+		name := "none"
+		if n > 0 {
+			name = "+" + links[n-1].name
+		}
+		interceptors := make([]grpc.UnaryServerInterceptor, n)
+		for i := range n {
+			interceptors[i] = links[i].interceptor
+		}
+		handler := grpc.UnaryServerInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			return h(ctx, req)
+		})
+		if n > 0 {
+			handler = chainUnary(interceptors...)
+		}
+		b.Run(fmt.Sprintf("%d%s", n, name), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := handler(ctx, nil, info, noop); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// benchCall returns a config with one API key and limits that never
+// reject, and the context and info of a GetAccount call that sends the key.
+func benchCall() (config.Config, context.Context, *grpc.UnaryServerInfo) {
+	const key = "bench-key-0123456789abcdefghijklmnop"
+	sum := sha256.Sum256([]byte(key))
+	cfg := config.Default()
+	cfg.Auth.Keys = []config.APIKey{{ID: "bench", SHA256: hex.EncodeToString(sum[:])}}
+	cfg.Limits.MaxInflight = 1 << 20
+	cfg.Limits.Timeout = time.Minute
+	const method = "/sheba.v1.AccountService/GetAccount"
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-api-key", key))
+	ctx = grpc.NewContextWithServerTransportStream(ctx, benchStream{method: method})
+	return cfg, ctx, &grpc.UnaryServerInfo{FullMethod: method}
+}
+
+func benchDeps(b *testing.B, cfg config.Config) chainDeps {
+	m, err := metrics.New(prometheus.NewRegistry(), []string{"/sheba.v1.AccountService/GetAccount"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	authn, ids, err := newAuthenticator(cfg.Auth, m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rate, err := newRateLimits(cfg.Limits, cfg.Redis, ids, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return chainDeps{
+		limits:   cfg.Limits,
+		rate:     rate,
+		authn:    authn,
+		keyIDs:   ids,
+		log:      slog.New(slog.NewJSONHandler(io.Discard, nil)),
+		inflight: concurrency.NewLimiter(cfg.Limits.MaxInflight),
+		metrics:  m,
+	}
+}
+
+// BenchmarkChainTracing runs the full chain inside a server span, as the
+// tracing stats handler makes one: tracing off, on with the sampler
+// dropping every span, and on sampling every span to an exporter that drops
+// them.
+func BenchmarkChainTracing(b *testing.B) {
+	cfg, ctx, info := benchCall()
+	noop := func(context.Context, any) (any, error) { return nil, nil }
+	chain := unaryChain(benchDeps(b, cfg))
+	method := info.FullMethod
+
+	for _, tc := range []struct {
+		name string
+		tp   trace.TracerProvider
+	}{
+		{"off", tracenoop.NewTracerProvider()},
+		{"never-sample", sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))},
+		{"always-sample", sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithBatcher(tracetest.NewNoopExporter()))},
+	} {
+		tracer := tc.tp.Tracer("bench")
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				sctx, span := tracer.Start(ctx, method, trace.WithSpanKind(trace.SpanKindServer))
+				if _, err := chain(sctx, nil, info, noop); err != nil {
+					b.Fatal(err)
+				}
+				span.End()
+			}
+		})
+	}
+}

@@ -1,0 +1,73 @@
+package app
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/shebasvc/sheba/config"
+	"github.com/shebasvc/sheba/store"
+	"github.com/shebasvc/sheba/store/storetest"
+)
+
+// BenchmarkGatewayJSON serves REST requests through the whole HTTP handler
+// (body guard, compression, gateway, in-process channel, the chain, the
+// handler) without a network: a ping, a lookup in Postgres, and a 400 from
+// validation, with tracing off; and a ping with tracing on and the request
+// not sampled ("ping-unsampled"), what most requests are under a ratio
+// sampler.
+func BenchmarkGatewayJSON(b *testing.B) {
+	const key = "bench-key-0123456789abcdefghijklmnop"
+	sum := sha256.Sum256([]byte(key))
+	cfg := config.Default()
+	cfg.Database.URL = storetest.NewDatabase(b)
+	cfg.Auth.Keys = []config.APIKey{{ID: "bench", SHA256: hex.EncodeToString(sum[:])}}
+	pool, err := pgxpool.New(context.Background(), cfg.Database.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Close()
+	a, err := store.New(pool).CreateAccount(context.Background(), "bench", "not-a-hash")
+	if err != nil {
+		b.Fatal(err)
+	}
+	handler := func(opts ...Option) http.Handler {
+		return benchApp(b, cfg, opts...).Handler()
+	}
+	untraced := handler()
+	unsampled := handler(WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))))
+	for _, bc := range []struct {
+		name, method, path, body string
+		h                        http.Handler
+		want                     int
+	}{
+		{"ping", http.MethodGet, "/v1/ping", "", untraced, http.StatusOK},
+		{"ping-unsampled", http.MethodGet, "/v1/ping", "", unsampled, http.StatusOK},
+		{"get-account", http.MethodGet, "/v1/accounts/" + a.ID, "", untraced, http.StatusOK},
+		{"invalid-username", http.MethodPost, "/v1/accounts", `{"username":"X","password":"password1"}`, untraced, http.StatusBadRequest},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				req := httptest.NewRequest(bc.method, bc.path, strings.NewReader(bc.body))
+				req.Header.Set("X-Api-Key", key)
+				if bc.body != "" {
+					req.Header.Set("Content-Type", "application/json")
+				}
+				rec := httptest.NewRecorder()
+				bc.h.ServeHTTP(rec, req)
+				if rec.Code != bc.want {
+					b.Fatalf("got %d, want %d: %s", rec.Code, bc.want, rec.Body)
+				}
+			}
+		})
+	}
+}

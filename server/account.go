@@ -34,7 +34,7 @@ func (s *accountServer) CreateAccount(ctx context.Context, req *shebav1.CreateAc
 	}
 	hash, err := s.hasher.hash(ctx, req.GetPassword())
 	if err != nil {
-		return nil, s.errs.toStatus(ctx, "create account", err, errMsgs{})
+		return nil, s.errs.toStatus(ctx, "create account", err, reason.Own{})
 	}
 	var account *shebav1.Account
 	err = s.store.InTx(ctx, func(ctx context.Context) error {
@@ -46,7 +46,7 @@ func (s *accountServer) CreateAccount(ctx context.Context, req *shebav1.CreateAc
 		return s.events.Publish(ctx, EventAccountCreated, account)
 	})
 	if err != nil {
-		return nil, s.errs.toStatus(ctx, "create account", err, errMsgs{conflict: errUsernameTaken})
+		return nil, s.errs.toStatus(ctx, "create account", err, reason.Own{Conflict: errUsernameTaken})
 	}
 	return &shebav1.CreateAccountResponse{Account: account}, nil
 }
@@ -62,13 +62,13 @@ func (s *accountServer) Login(ctx context.Context, req *shebav1.LoginRequest) (*
 	}
 	a, err := s.store.GetAccountByUsername(ctx, req.GetUsername())
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return nil, s.errs.toStatus(ctx, "login", err, errMsgs{})
+		return nil, s.errs.toStatus(ctx, "login", err, reason.Own{})
 	}
 	// An unknown username (a.PasswordHash "") is verified against the
 	// dummy hash: the same wait for a slot, the same work, the same answer.
 	ok, err := s.hasher.verify(ctx, req.GetPassword(), a.PasswordHash)
 	if err != nil {
-		return nil, s.errs.toStatus(ctx, "login", err, errMsgs{})
+		return nil, s.errs.toStatus(ctx, "login", err, reason.Own{})
 	}
 	if !ok {
 		return nil, errLoginFailed
@@ -85,7 +85,7 @@ func (s *accountServer) GetAccount(ctx context.Context, req *shebav1.GetAccountR
 	}
 	a, err := s.store.GetAccount(ctx, id)
 	if err != nil {
-		return nil, s.errs.toStatus(ctx, "get account", err, errMsgs{notFound: errAccountNotFound})
+		return nil, s.errs.toStatus(ctx, "get account", err, reason.Own{NotFound: errAccountNotFound})
 	}
 	return &shebav1.GetAccountResponse{Account: accountToProto(a)}, nil
 }

@@ -3,7 +3,8 @@
 //
 // A handler validates its input (validate.go: InvalidArgument with
 // google.rpc.BadRequest field violations), makes one store call, and maps
-// the store's sentinel errors to status codes through one table (errors.go).
+// the store's sentinel errors to status codes through the one error table,
+// in interceptors/reason (errors.go says what was not found).
 // Services.Register puts them on any grpc.ServiceRegistrar; internal/app
 // registers them on the grpc.Server and on the REST gateway's in-process
 // channel (server/gateway), both behind the same interceptor chain. The

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
+	"github.com/shebasvc/sheba/interceptors/reason"
 	"github.com/shebasvc/sheba/store"
 )
 
@@ -35,9 +36,9 @@ func (s *subscriptionServer) CreateSubscription(ctx context.Context, req *shebav
 		return s.store.CreateSubscription(ctx, id, req.GetPlan())
 	})
 	if err != nil {
-		return nil, s.errs.toStatus(ctx, "create subscription", err, errMsgs{
-			notFound: errAccountNotFound,
-			conflict: errSubscriptionActive,
+		return nil, s.errs.toStatus(ctx, "create subscription", err, reason.Own{
+			NotFound: errAccountNotFound,
+			Conflict: errSubscriptionActive,
 		})
 	}
 	return &shebav1.CreateSubscriptionResponse{Subscription: sub}, nil
@@ -68,7 +69,7 @@ func (s *subscriptionServer) GetSubscription(ctx context.Context, req *shebav1.G
 	}
 	sub, err := s.store.GetActiveSubscription(ctx, id)
 	if err != nil {
-		return nil, s.errs.toStatus(ctx, "get subscription", err, errMsgs{notFound: errNoSubscription})
+		return nil, s.errs.toStatus(ctx, "get subscription", err, reason.Own{NotFound: errNoSubscription})
 	}
 	return &shebav1.GetSubscriptionResponse{Subscription: subscriptionToProto(sub)}, nil
 }
@@ -85,7 +86,7 @@ func (s *subscriptionServer) CancelSubscription(ctx context.Context, req *shebav
 		return s.store.CancelSubscription(ctx, id)
 	})
 	if err != nil {
-		return nil, s.errs.toStatus(ctx, "cancel subscription", err, errMsgs{notFound: errNoSubscription})
+		return nil, s.errs.toStatus(ctx, "cancel subscription", err, reason.Own{NotFound: errNoSubscription})
 	}
 	return &shebav1.CancelSubscriptionResponse{Subscription: sub}, nil
 }
@@ -110,7 +111,7 @@ func (s *subscriptionServer) ListSubscriptions(ctx context.Context, req *shebav1
 		After: after,
 	})
 	if err != nil {
-		return nil, s.errs.toStatus(ctx, "list subscriptions", err, errMsgs{})
+		return nil, s.errs.toStatus(ctx, "list subscriptions", err, reason.Own{})
 	}
 	resp := &shebav1.ListSubscriptionsResponse{}
 	subs, resp.NextPageToken = nextPage(s.tokens, subs, size, binding, func(sub store.Subscription) store.Cursor {

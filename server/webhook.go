@@ -56,7 +56,7 @@ type webhookServer struct {
 	tokens       pageTokens
 }
 
-var errEndpointNotFound = reason.Error(codes.NotFound, reason.NotFound, "webhook endpoint not found")
+var errEndpointNotFound = reason.OutcomeNotFound.Error("webhook endpoint not found")
 
 // errNoCaller answers a call that reached the service without an API key
 // (only possible if the operator made the methods public): endpoints belong
@@ -89,7 +89,7 @@ func (s *webhookServer) CreateWebhookEndpoint(ctx context.Context, req *shebav1.
 	}
 	secret, err := newWebhookSecret()
 	if err != nil {
-		return nil, s.errs.toStatus(ctx, "create webhook endpoint", err, errMsgs{})
+		return nil, s.errs.toStatus(ctx, "create webhook endpoint", err, reason.Own{})
 	}
 	e, err := s.store.CreateWebhookEndpoint(ctx, store.WebhookEndpoint{
 		Owner:       who,
@@ -103,7 +103,7 @@ func (s *webhookServer) CreateWebhookEndpoint(ctx context.Context, req *shebav1.
 		return nil, v.err()
 	}
 	if err != nil {
-		return nil, s.errs.toStatus(ctx, "create webhook endpoint", err, errMsgs{})
+		return nil, s.errs.toStatus(ctx, "create webhook endpoint", err, reason.Own{})
 	}
 	p := endpointToProto(e)
 	p.Secret = e.Secret
@@ -124,7 +124,7 @@ func (s *webhookServer) GetWebhookEndpoint(ctx context.Context, req *shebav1.Get
 	}
 	e, err := s.store.GetWebhookEndpoint(ctx, who, id)
 	if err != nil {
-		return nil, s.errs.toStatus(ctx, "get webhook endpoint", err, errMsgs{notFound: errEndpointNotFound})
+		return nil, s.errs.toStatus(ctx, "get webhook endpoint", err, reason.Own{NotFound: errEndpointNotFound})
 	}
 	return &shebav1.GetWebhookEndpointResponse{WebhookEndpoint: endpointToProto(e)}, nil
 }
@@ -147,7 +147,7 @@ func (s *webhookServer) ListWebhookEndpoints(ctx context.Context, req *shebav1.L
 	}
 	es, err := s.store.ListWebhookEndpoints(ctx, who, size+1, after)
 	if err != nil {
-		return nil, s.errs.toStatus(ctx, "list webhook endpoints", err, errMsgs{})
+		return nil, s.errs.toStatus(ctx, "list webhook endpoints", err, reason.Own{})
 	}
 	resp := &shebav1.ListWebhookEndpointsResponse{}
 	es, resp.NextPageToken = nextPage(s.tokens, es, size, binding, func(e store.WebhookEndpoint) store.Cursor {
@@ -170,7 +170,7 @@ func (s *webhookServer) DeleteWebhookEndpoint(ctx context.Context, req *shebav1.
 		return nil, err
 	}
 	if err := s.store.DeleteWebhookEndpoint(ctx, who, id); err != nil {
-		return nil, s.errs.toStatus(ctx, "delete webhook endpoint", err, errMsgs{notFound: errEndpointNotFound})
+		return nil, s.errs.toStatus(ctx, "delete webhook endpoint", err, reason.Own{NotFound: errEndpointNotFound})
 	}
 	return &shebav1.DeleteWebhookEndpointResponse{}, nil
 }
@@ -193,11 +193,11 @@ func (s *webhookServer) ListWebhookDeliveries(ctx context.Context, req *shebav1.
 	// The ownership check and the page read need not be atomic: a delete in
 	// between leaves an empty page, as it would a moment later.
 	if _, err := s.store.GetWebhookEndpoint(ctx, who, id); err != nil {
-		return nil, s.errs.toStatus(ctx, "list webhook deliveries", err, errMsgs{notFound: errEndpointNotFound})
+		return nil, s.errs.toStatus(ctx, "list webhook deliveries", err, reason.Own{NotFound: errEndpointNotFound})
 	}
 	ds, err := s.store.ListWebhookDeliveries(ctx, id, size+1, after)
 	if err != nil {
-		return nil, s.errs.toStatus(ctx, "list webhook deliveries", err, errMsgs{})
+		return nil, s.errs.toStatus(ctx, "list webhook deliveries", err, reason.Own{})
 	}
 	resp := &shebav1.ListWebhookDeliveriesResponse{}
 	ds, resp.NextPageToken = nextPage(s.tokens, ds, size, binding, func(d store.WebhookDelivery) store.Cursor {

@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/descriptorpb"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -62,24 +61,12 @@ var recorded = map[codes.Code]bool{
 
 var (
 	errNoCaller = badKey("needs an API key: keys are scoped to the caller")
-	errReused   = withInfo(status.New(codes.InvalidArgument,
-		"idempotency key already used with a different request"), ReasonReused)
-	errInUse = withInfo(status.New(codes.Aborted,
-		"a request with this idempotency key is still running; retry later"), ReasonInUse,
+	// The error table gives a reused key its REST status (422) too.
+	errReused = reason.OutcomeKeyReused.Err()
+	errInUse  = reason.Error(codes.Aborted, ReasonInUse,
+		"a request with this idempotency key is still running; retry later",
 		&errdetails.RetryInfo{RetryDelay: durationpb.New(inUseRetry)})
 )
-
-// withInfo returns st as an error with an ErrorInfo of reason and the
-// details more.
-func withInfo(st *status.Status, reason string, more ...protoadapt.MessageV1) error {
-	details := []protoadapt.MessageV1{&errdetails.ErrorInfo{Domain: "sheba", Reason: reason}}
-	withDetails, err := st.WithDetails(append(details, more...)...)
-	if err != nil {
-		// Only a marshaling bug gets here; the code and message stand.
-		return st.Err()
-	}
-	return withDetails.Err()
-}
 
 // Errors that end the transaction of InTx without a commit; they never
 // leave this package.
@@ -262,20 +249,12 @@ func okRecord(fp []byte, resp any) (store.IdempotencyRecord, error) {
 	return store.IdempotencyRecord{Fingerprint: fp, Code: int32(codes.OK), Response: b}, nil
 }
 
-// failure answers err, an error of the database or of a record, with
-// no detail: the caller learns only whether to retry.
+// failure answers err, an error of the database or of a record, as the
+// handlers answer theirs (the error table of package reason), with no
+// detail: the caller learns only whether to retry. A record that is not
+// found or in conflict here is a bug: Internal.
 func (o *options) failure(ctx context.Context, op string, err error) error {
-	switch {
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, "deadline exceeded")
-	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, "request canceled")
-	case errors.Is(err, store.ErrUnavailable):
-		o.log.WarnContext(ctx, "database unavailable", "op", op, "error", err)
-		return status.Error(codes.Unavailable, "database unavailable")
-	}
-	o.log.ErrorContext(ctx, "internal error", "op", op, "error", err)
-	return status.Error(codes.Internal, "internal error")
+	return reason.Answer(ctx, o.log, op, err, reason.Own{})
 }
 
 // fingerprint returns the SHA-256 of m in deterministic protobuf encoding,

@@ -8,7 +8,8 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
+
+	"github.com/shebasvc/sheba/interceptors/reason"
 )
 
 // MetadataKey is the request metadata that carries the key; the REST
@@ -91,12 +92,6 @@ func keyFromContext(ctx context.Context) (string, bool, error) {
 // badKey is the InvalidArgument answer to a malformed key, with a field
 // violation of the header.
 func badKey(description string) error {
-	st := status.New(codes.InvalidArgument, "invalid "+MetadataKey+": "+description)
-	withDetails, err := st.WithDetails(&errdetails.BadRequest{
-		FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: MetadataKey, Description: description}},
-	})
-	if err != nil {
-		return st.Err()
-	}
-	return withDetails.Err()
+	return reason.Error(codes.InvalidArgument, reason.InvalidArgument, "invalid "+MetadataKey+": "+description,
+		&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: MetadataKey, Description: description}}})
 }

@@ -1,8 +1,16 @@
 // Package reason names why sheba refused a call: the google.rpc.ErrorInfo
 // (domain "sheba", an UPPER_SNAKE reason) that every error the service
 // decides carries, exactly once, on gRPC and REST alike
-// (docs/api.md#errors). This file's constants are the one list of
+// (docs/api.md#errors). The constants of reason.go are the one list of
 // reasons; docs/api.md#reasons explains each.
+//
+// The error table (table.go) says what a client sees of the outcomes that
+// several steps meet: the store's sentinels, a deadline, a canceled call,
+// the database down, anything unexpected, and a reused idempotency key.
+// For each it gives the code, the reason, the fixed message, whether the
+// operator sees a log line, and the REST status where it is not the code's.
+// The handlers (server), the interceptors (idempotency, timeout, the
+// recovery of the chain) and the REST gateway answer through it.
 //
 // A step that knows more than its code says builds its status with Status
 // at the source, once where the message is fixed (a package-level variable
@@ -16,5 +24,7 @@
 //
 // It is a small shared package, like callinfo and retryafter, so that the
 // interceptors, the handlers and the gateway can name reasons without
-// importing one another. It is not an interceptor and returns no codes.
+// importing one another; it imports store only for its sentinel errors
+// (store imports nothing of sheba's but its migrations). It is not an
+// interceptor and returns no codes.
 package reason

@@ -19,7 +19,9 @@ import (
 const Domain = "sheba"
 
 // The reasons, by the step that decides them. docs/api.md#reasons lists
-// them with their codes; keep the two together.
+// them with their codes; keep the two together. What several steps answer
+// alike (the store's sentinels, a deadline, the database down) is in the
+// error table of table.go.
 const (
 	// Authentication (interceptors/apikey) and Login.
 	APIKeyMissing = "API_KEY_MISSING" // UNAUTHENTICATED: no key on a method that needs one
@@ -42,6 +44,7 @@ const (
 	NotFound        = "NOT_FOUND"        // NOT_FOUND: no such resource
 	AlreadyExists   = "ALREADY_EXISTS"   // ALREADY_EXISTS: the resource exists already
 	Internal        = "INTERNAL"         // INTERNAL: anything unexpected, panics included
+	Canceled        = "CANCELED"         // CANCELED: the client went away (it does not see the answer)
 
 	// The REST gateway (server/gateway), before any method runs.
 	RouteNotFound              = "ROUTE_NOT_FOUND"              // NOT_FOUND (404): no route has this path
@@ -55,7 +58,7 @@ const (
 // The reasons of codes no step names more precisely.
 var byCode = [...]string{
 	codes.OK:                 "",
-	codes.Canceled:           "CANCELED",
+	codes.Canceled:           Canceled,
 	codes.Unknown:            "UNKNOWN",
 	codes.InvalidArgument:    InvalidArgument,
 	codes.DeadlineExceeded:   DeadlineExceeded,

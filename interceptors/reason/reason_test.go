@@ -75,7 +75,7 @@ func TestReasonsAreUpperSnake(t *testing.T) {
 	for _, r := range []string{
 		reason.APIKeyMissing, reason.APIKeyInvalid, reason.LoginFailed, reason.RateLimited, reason.KeyRateLimited,
 		reason.Overloaded, reason.DatabaseUnavailable, reason.DeadlineExceeded, reason.InvalidArgument, reason.NotFound,
-		reason.AlreadyExists, reason.Internal, reason.RouteNotFound, reason.MethodNotAllowed, reason.UnsupportedMediaType,
+		reason.AlreadyExists, reason.Internal, reason.Canceled, reason.RouteNotFound, reason.MethodNotAllowed, reason.UnsupportedMediaType,
 		reason.UnsupportedContentEncoding, reason.BodyTooLarge, reason.MalformedBody, reason.IdempotencyKeyReused, reason.IdempotencyKeyInUse,
 	} {
 		for i, c := range r {

@@ -6,12 +6,13 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 
 	"github.com/shebasvc/sheba/interceptors/reason"
 )
 
-var errExpired = reason.Error(codes.DeadlineExceeded, reason.DeadlineExceeded, "deadline exceeded")
+// errExpired answers a call past its deadline as every step does (the
+// error table of package reason).
+var errExpired = reason.OutcomeDeadline.Err()
 
 // UnaryServerInterceptor runs each call under a deadline of at most max from
 // now; a client deadline that is sooner stays. A call that ends after its

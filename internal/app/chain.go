@@ -15,7 +15,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
@@ -139,7 +138,7 @@ func chainLinks(d chainDeps) []link {
 	links = append(links,
 		link{"inflight", concurrency.UnaryServerInterceptor(d.inflight, concurrency.WithOnReject(m.Rejected(metrics.ReasonInflight)))},
 		link{"timeout", timeout.UnaryServerInterceptor(d.limits.Timeout)},
-		link{"failfast", failfast.UnaryServerInterceptor(d.dbUp, d.needsDB, "database unavailable")},
+		link{"failfast", failfast.UnaryServerInterceptor(d.dbUp, d.needsDB, reason.OutcomeDatabaseDown.Row().Message)},
 	)
 	if d.keys != nil {
 		// By service, then method: CallMeta.FullMethod formats the name
@@ -166,8 +165,8 @@ func chainLinks(d chainDeps) []link {
 	return links
 }
 
-// errInternal is the answer to a panic.
-var errInternal = reason.Error(codes.Internal, reason.Internal, "internal error")
+// errInternal is the answer to a panic: that of any unexpected error.
+var errInternal = reason.OutcomeInternal.Err()
 
 // transportOf tells a REST call (over the in-process channel) from a gRPC
 // one, and names the peer: the HTTP client's address, which the gateway

@@ -22,17 +22,9 @@ var errRouteNotFound = &runtime.HTTPStatusError{
 	Err:        reason.Error(codes.NotFound, reason.RouteNotFound, "Not Found"),
 }
 
-// reasonHTTPStatus holds the HTTP statuses of the error reasons (of domain
-// "sheba") whose REST answer is not the one of their gRPC code.
-var reasonHTTPStatus = map[string]int{
-	// An idempotency key reused with another request is INVALID_ARGUMENT
-	// on gRPC, and 422 on REST as the IETF Idempotency-Key draft says: the
-	// request itself is well formed (docs/api.md#idempotency-keys).
-	reason.IdempotencyKeyReused: http.StatusUnprocessableEntity,
-}
-
 // errorHandler writes a google.rpc.Status body with the HTTP status of its
-// code, or of its reason (docs/api.md#errors). It is the REST side's
+// code, or of its reason where the error table of package reason gives one
+// (docs/api.md#errors). It is the REST side's
 // central step for errors: the chain's errors come with their ErrorInfo
 // (and RetryInfo) already; the ones the gateway makes itself get theirs
 // here, with MALFORMED_BODY for a body the marshaler could not decode, and
@@ -58,7 +50,9 @@ func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshale
 	}
 	// The chain's errors come complete: this reads nothing of them again.
 	se := reason.CompleteError(err, def, retry)
-	if s, ok := reasonHTTPStatus[se.Reason()]; ok && byCode {
+	// The error table knows the reasons whose REST status is not their
+	// code's (IDEMPOTENCY_KEY_REUSED: 422).
+	if s := reason.HTTPStatus(se.Reason()); s != 0 && byCode {
 		httpStatus = s
 	}
 	if delay := se.Delay(); delay > 0 && !hasRetryAfter(ctx) {

@@ -3,6 +3,7 @@ package idempotency
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -19,7 +20,32 @@ const MetadataKey = "idempotency-key"
 // MaxKeyLen is the longest key accepted, in characters.
 const MaxKeyLen = 255
 
-var errKeySyntax = errors.New("must be 1 to 255 visible ASCII characters, bare or as a quoted string")
+var errKeySyntax = fmt.Errorf("must be 1 to %d visible ASCII characters, bare or as a quoted string", MaxKeyLen)
+
+// errBadKeySyntax is the answer to a key that breaks errKeySyntax.
+var errBadKeySyntax = badKey(errKeySyntax.Error())
+
+// CheckHeader returns the answer to Idempotency-Key header values that
+// cannot reach the interceptor, or nil. A value holding a byte outside
+// space to tilde (a control character, a tab, any byte over 0x7E) cannot
+// travel in gRPC metadata: the REST gateway drops it, and the interceptor
+// would see no key and run the request unprotected. So the gateway refuses
+// it, before auth, with the InvalidArgument answer the interceptor gives a
+// malformed key, and its BadRequest field violation. Such a value is no
+// key, but for tabs around one, which ParseKey trims (HTTP/1.1 strips them
+// before the gateway sees the value): those are refused too, as there is
+// no metadata to trim them in. The values the gateway passes on, the
+// interceptor checks in full.
+func CheckHeader(values []string) error {
+	for _, v := range values {
+		for i := range len(v) {
+			if v[i] < ' ' || v[i] > '~' {
+				return errBadKeySyntax
+			}
+		}
+	}
+	return nil
+}
 
 // ParseKey returns the key that the value v of an Idempotency-Key header
 // holds: a quoted string in the syntax of RFC 8941 (the IETF draft's form,

@@ -16,6 +16,13 @@ import (
 	"github.com/shebasvc/sheba/interceptors/reason"
 )
 
+// The request metadata that carry the key: x-api-key, else authorization
+// as "Bearer <key>". The REST gateway passes both headers there.
+const (
+	MetadataKey      = "x-api-key"
+	AuthorizationKey = "authorization"
+)
+
 // Key is a configured API key: its caller id and the SHA-256 of the key.
 type Key struct {
 	ID     string
@@ -137,10 +144,10 @@ func (a *Authenticator) lookup(key string) *Key {
 // authorization.
 func keyFromMetadata(ctx context.Context) (string, error) {
 	// ValueFromIncomingContext reads one key without copying all metadata.
-	if v := metadata.ValueFromIncomingContext(ctx, "x-api-key"); len(v) > 0 && v[0] != "" {
+	if v := metadata.ValueFromIncomingContext(ctx, MetadataKey); len(v) > 0 && v[0] != "" {
 		return v[0], nil
 	}
-	if v := metadata.ValueFromIncomingContext(ctx, "authorization"); len(v) == 0 || v[0] == "" {
+	if v := metadata.ValueFromIncomingContext(ctx, AuthorizationKey); len(v) == 0 || v[0] == "" {
 		return "", errMissing
 	}
 	key, err := auth.AuthFromMD(ctx, "bearer")

@@ -15,6 +15,10 @@ import (
 	"github.com/shebasvc/sheba/interceptors/callinfo"
 )
 
+// RequestIDKey is the request and response metadata of the request id;
+// the REST gateway passes the X-Request-Id header in it, both ways.
+const RequestIDKey = "x-request-id"
+
 const maxRequestIDLen = 128
 
 type options struct {
@@ -41,7 +45,7 @@ func UnaryServerInterceptor(log *slog.Logger, opts ...Option) grpc.UnaryServerIn
 		start := time.Now()
 		ctx, ci := callinfo.New(ctx, requestID(ctx))
 		// Fails only outside a server call; the id still goes in the log.
-		_ = grpc.SetHeader(ctx, metadata.MD{"x-request-id": {ci.RequestID}})
+		_ = grpc.SetHeader(ctx, metadata.MD{RequestIDKey: {ci.RequestID}})
 
 		resp, err := handler(ctx, req)
 
@@ -79,7 +83,7 @@ func UnaryServerInterceptor(log *slog.Logger, opts ...Option) grpc.UnaryServerIn
 
 // requestID returns the caller's x-request-id if it is sane, else a new one.
 func requestID(ctx context.Context) string {
-	if v := metadata.ValueFromIncomingContext(ctx, "x-request-id"); len(v) > 0 && validRequestID(v[0]) {
+	if v := metadata.ValueFromIncomingContext(ctx, RequestIDKey); len(v) > 0 && validRequestID(v[0]) {
 		return v[0]
 	}
 	return rand.Text()

@@ -49,7 +49,7 @@ func (s *bodySlots) acquire(gw *runtime.ServeMux, w http.ResponseWriter, r *http
 		return r, func() {}, false
 	}
 	if !s.sem.TryAcquire(1) && !s.wait(r.Context()) {
-		w.Header().Set("Retry-After", "1")
+		w.Header().Set(retryAfterHeader, "1")
 		writeError(gw, w, r, errNoBodySlot)
 		return r, nil, true
 	}

@@ -56,7 +56,7 @@ func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshale
 		httpStatus = s
 	}
 	if delay := se.Delay(); delay > 0 && !hasRetryAfter(ctx) {
-		w.Header().Set("Retry-After", strconv.FormatInt(retryafter.Seconds(delay), 10))
+		w.Header().Set(retryAfterHeader, strconv.FormatInt(retryafter.Seconds(delay), 10))
 	}
 	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, &runtime.HTTPStatusError{HTTPStatus: httpStatus, Err: se})
 }

@@ -1,9 +1,16 @@
 package gateway
 
 import (
+	"net/http"
 	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+
+	"github.com/shebasvc/sheba/interceptors/apikey"
+	"github.com/shebasvc/sheba/interceptors/idempotency"
+	"github.com/shebasvc/sheba/interceptors/ratelimit"
+	"github.com/shebasvc/sheba/interceptors/requestlog"
+	"github.com/shebasvc/sheba/interceptors/retryafter"
 )
 
 // incomingHeader passes to gRPC metadata the headers the chain reads (the
@@ -14,7 +21,7 @@ import (
 // paid for in allocations.
 func incomingHeader(key string) (string, bool) {
 	switch k := strings.ToLower(key); k {
-	case "x-api-key", "x-request-id", "authorization", "idempotency-key":
+	case apikey.MetadataKey, apikey.AuthorizationKey, requestlog.RequestIDKey, idempotency.MetadataKey:
 		return k, true
 	}
 	if len(key) > len(runtime.MetadataHeaderPrefix) && strings.EqualFold(key[:len(runtime.MetadataHeaderPrefix)], runtime.MetadataHeaderPrefix) {
@@ -23,20 +30,27 @@ func incomingHeader(key string) (string, bool) {
 	return "", false
 }
 
+// plainHeaders maps the response metadata that HTTP clients know by name
+// (docs/api.md) to its header: the key in canonical form, which is what
+// Header.Add writes anyway (Retry-After, X-Request-Id, Idempotent-Replayed,
+// Ratelimit-Policy, Ratelimit). Made once, so no answer pays for it.
+var plainHeaders = func() map[string]string {
+	m := map[string]string{}
+	for _, k := range []string{retryafter.Key, requestlog.RequestIDKey, idempotency.ReplayedKey, ratelimit.PolicyKey, ratelimit.StateKey} {
+		m[k] = http.CanonicalHeaderKey(k)
+	}
+	return m
+}()
+
+// retryAfterHeader is the header of the retry-after metadata, which the
+// gateway also writes itself on the 429s and 503s it answers.
+var retryAfterHeader = plainHeaders[retryafter.Key]
+
 // outgoingHeader turns the response metadata that HTTP clients know by name
 // into plain headers; the rest keeps the gateway's Grpc-Metadata- prefix.
 func outgoingHeader(key string) (string, bool) {
-	switch key {
-	case "retry-after":
-		return "Retry-After", true
-	case "x-request-id":
-		return "X-Request-Id", true
-	case "idempotent-replayed":
-		return "Idempotent-Replayed", true
-	case "ratelimit-policy":
-		return "RateLimit-Policy", true
-	case "ratelimit":
-		return "RateLimit", true
+	if h, ok := plainHeaders[key]; ok {
+		return h, true
 	}
 	return runtime.MetadataHeaderPrefix + key, true
 }

@@ -70,18 +70,6 @@ func (s *Services) Register(r grpc.ServiceRegistrar) {
 	shebav1.RegisterWebhookServiceServer(r, s.webhook)
 }
 
-// Ping returns the PingService.
-func (s *Services) Ping() shebav1.PingServiceServer { return s.ping }
-
-// Account returns the AccountService.
-func (s *Services) Account() shebav1.AccountServiceServer { return s.account }
-
-// Subscription returns the SubscriptionService.
-func (s *Services) Subscription() shebav1.SubscriptionServiceServer { return s.subscription }
-
-// Webhook returns the WebhookService.
-func (s *Services) Webhook() shebav1.WebhookServiceServer { return s.webhook }
-
 // descs lists the services, for what is said of them below.
 var descs = []*grpc.ServiceDesc{
 	&shebav1.PingService_ServiceDesc,

@@ -10,6 +10,7 @@ import (
 
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -20,28 +21,47 @@ import (
 )
 
 // The handlers are tested here as plain Go calls on a real store, with no
-// listener and no chain; cmd/sheba tests them again end to end over both
+// listener and no chain; e2e tests them again end to end over both
 // transports.
 
 func TestMain(m *testing.M) {
 	os.Exit(storetest.Run(m))
 }
 
+// services are the implementations of the services, as Register gives
+// them to a grpc.ServiceRegistrar, to call directly.
+type services struct {
+	account      shebav1.AccountServiceServer
+	subscription shebav1.SubscriptionServiceServer
+}
+
+// RegisterService keeps the implementation of each service the tests call.
+func (s *services) RegisterService(desc *grpc.ServiceDesc, impl any) {
+	switch desc.ServiceName {
+	case shebav1.AccountService_ServiceDesc.ServiceName:
+		s.account = impl.(shebav1.AccountServiceServer)
+	case shebav1.SubscriptionService_ServiceDesc.ServiceName:
+		s.subscription = impl.(shebav1.SubscriptionServiceServer)
+	}
+}
+
 // newServices returns the services over a fresh database, and what they
 // logged.
-func newServices(t *testing.T) (*server.Services, *strings.Builder) {
+func newServices(t *testing.T) (*services, *strings.Builder) {
 	t.Helper()
 	return newServicesOn(t, store.New(storetest.NewPool(t)))
 }
 
-func newServicesOn(t *testing.T, st *store.Store) (*server.Services, *strings.Builder) {
+func newServicesOn(t *testing.T, st *store.Store) (*services, *strings.Builder) {
 	t.Helper()
 	var logs strings.Builder
 	s, err := server.New(st, server.Options{Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatalf("server.New: %v", err)
 	}
-	return s, &logs
+	var impls services
+	s.Register(&impls)
+	return &impls, &logs
 }
 
 // wantCode fails the test unless err has code want and, if field is not
@@ -71,7 +91,7 @@ func TestAccounts(t *testing.T) {
 	t.Parallel()
 	s, _ := newServices(t)
 	ctx := t.Context()
-	acc := s.Account()
+	acc := s.account
 
 	created, err := acc.CreateAccount(ctx, &shebav1.CreateAccountRequest{Username: "alice", Password: "correct horse"})
 	if err != nil {
@@ -135,12 +155,12 @@ func TestSubscriptions(t *testing.T) {
 	t.Parallel()
 	s, _ := newServices(t)
 	ctx := t.Context()
-	created, err := s.Account().CreateAccount(ctx, &shebav1.CreateAccountRequest{Username: "carol", Password: "correct horse"})
+	created, err := s.account.CreateAccount(ctx, &shebav1.CreateAccountRequest{Username: "carol", Password: "correct horse"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	id := created.GetAccount().GetId()
-	sub := s.Subscription()
+	sub := s.subscription
 
 	if _, err := sub.CreateSubscription(ctx, &shebav1.CreateSubscriptionRequest{AccountId: id, Plan: "pro"}); err != nil {
 		t.Fatalf("CreateSubscription: %v", err)
@@ -193,7 +213,7 @@ func TestStoreErrors(t *testing.T) {
 	defer pool.Close()
 	s, logs := newServicesOn(t, store.New(pool))
 
-	_, err = s.Account().GetAccount(t.Context(), &shebav1.GetAccountRequest{AccountId: "00000000-0000-4000-8000-000000000000"})
+	_, err = s.account.GetAccount(t.Context(), &shebav1.GetAccountRequest{AccountId: "00000000-0000-4000-8000-000000000000"})
 	wantCode(t, "database away", err, codes.Unavailable, "")
 	if msg := status.Convert(err).Message(); msg != "database unavailable" {
 		t.Errorf("database away: message %q, want %q", msg, "database unavailable")
@@ -205,6 +225,6 @@ func TestStoreErrors(t *testing.T) {
 	live, _ := newServices(t)
 	ctx, cancel := context.WithDeadline(t.Context(), time.Now().Add(-time.Second))
 	defer cancel()
-	_, err = live.Subscription().GetSubscription(ctx, &shebav1.GetSubscriptionRequest{AccountId: "00000000-0000-4000-8000-000000000000"})
+	_, err = live.subscription.GetSubscription(ctx, &shebav1.GetSubscriptionRequest{AccountId: "00000000-0000-4000-8000-000000000000"})
 	wantCode(t, "deadline passed", err, codes.DeadlineExceeded, "")
 }

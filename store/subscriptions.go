@@ -100,9 +100,10 @@ func (s *Store) CancelSubscription(ctx context.Context, accountID string) (Subsc
 	return sub, nil
 }
 
-// Cursor is the position of the last row of a page of subscriptions: the next
-// page starts after it. CreateTime must keep its microseconds, the precision
-// Postgres stores.
+// Cursor is the position of the last row of a page in the lists paged
+// newest first by (create_time, id): subscriptions, webhook endpoints, and
+// webhook deliveries (whose ID is the event id). The next page starts after
+// it. CreateTime must keep its microseconds, the precision Postgres stores.
 type Cursor struct {
 	CreateTime time.Time
 	ID         string

@@ -5,9 +5,11 @@
 // in flight belongs to the concurrency limiter that counts them; the caller
 // registers it.
 //
-// Its interceptors sit right inside the request log and outside recovery and
-// every rejecting interceptor, so every outcome is counted once, rejections
-// and recovered panics included, whichever transport the call came by. They
+// Its interceptors sit right inside the errordetails interceptor (itself
+// right inside the request log; internal/app/chain.go) and outside recovery
+// and every rejecting interceptor, so every outcome is counted once,
+// rejections and recovered panics included, whichever transport the call
+// came by. They
 // read the caller id from callinfo after the call, so a call rejected before
 // authentication counts under api_key_id "none". Label values are bounded:
 // methods outside the served set count as "unknown", and a caller id exists

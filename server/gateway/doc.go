@@ -7,11 +7,27 @@
 // it calls them over a Channel, a grpc.ClientConnInterface on which the
 // services are registered behind the same chain as on the grpc.Server.
 //
-// Before the gateway, in this order: Vary: Accept, the choice between JSON
-// and CBOR by Accept (accept.go), 415 for a body of another type, 413 for a
-// body over the limit (bodylimit.go), request decompression and answer
-// compression (codec/httpcompress). Errors are google.rpc.Status bodies
-// with the HTTP status of their code, 405 carries Allow (routes.go), and
-// retry-after and x-request-id metadata become plain headers (headers.go).
-// See docs/api.md.
+// Before grpc-gateway's mux, in this order (New, in gateway.go):
+//
+//   - the request's HTTP server span, when tracing is on (tracing.go);
+//   - Vary: Accept, and the choice between JSON and CBOR by Accept
+//     (accept.go);
+//   - 415 for a body of a type other than JSON or CBOR (accept.go);
+//   - 400 for an Idempotency-Key holding a byte that gRPC metadata cannot
+//     carry, which the gateway would drop (idempotencykey.go, by the
+//     interceptor's rule, idempotency.CheckHeader);
+//   - 413 for a body declared over the limit, and a bound on what is read
+//     of the others (bodylimit.go);
+//   - 429 with Retry-After when no body slot frees within a second, for a
+//     request with a body (bodyslots.go);
+//   - request decompression (415 for another Content-Encoding, 413 past
+//     the limit once decompressed, 400 for a corrupt body) and answer
+//     compression (codec/httpcompress).
+//
+// Errors are google.rpc.Status bodies with the HTTP status of their code,
+// or of their reason where the error table of package reason gives one
+// (errors.go); a path no route has is 404, and a known path under another
+// method 405 with Allow (routes.go); the retry-after, x-request-id,
+// idempotent-replayed and RateLimit metadata become plain headers
+// (headers.go). See docs/api.md.
 package gateway

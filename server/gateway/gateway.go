@@ -44,10 +44,11 @@ type Options struct {
 
 // New returns the REST handler of the sheba.v1 API: grpc-gateway's mux
 // calling the services over conn (a Channel, so that every call passes the
-// interceptor chain), behind the HTTP guards: 413 for a body over the limit,
-// 415 for a type it cannot decode, Accept negotiation between JSON and CBOR,
-// request decompression and answer compression, and at most
-// MaxConcurrentBodies bodies read at once.
+// interceptor chain), behind the HTTP guards that the package comment lists
+// in their order: Accept negotiation between JSON and CBOR, 415 for a type
+// it cannot decode, 400 for an Idempotency-Key it cannot pass on, 413 for a
+// body over the limit, at most MaxConcurrentBodies bodies read at once,
+// request decompression and answer compression.
 func New(ctx context.Context, conn grpc.ClientConnInterface, o Options) (http.Handler, error) {
 	routes, err := newRouteTable(openapiv2.Document)
 	if err != nil {

@@ -1,9 +1,10 @@
 // Command sheba-bench is `make bench`: it builds sheba and the bare
 // baselines under bench/baseline, starts them on 127.0.0.1 against the
 // throwaway Postgres of scripts/pg.sh test (under which it runs, re-executing
-// itself there when started by hand), and runs the load scenarios of issue
-// 6, alternating sheba and its baseline run by run (A B A B ...) so that
-// drift cancels in the ratio.
+// itself there when started by hand), and runs the load scenarios of
+// bench/README.md (what the safety costs, and how close sheba is to the
+// machine's limit), alternating sheba and its baseline run by run
+// (A B A B ...) so that drift cancels in the ratio.
 // It prints a markdown table and writes the raw numbers, with the machine's
 // facts, to bench/results/<UTC time>.json.
 //

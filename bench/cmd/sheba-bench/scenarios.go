@@ -51,7 +51,8 @@ const (
 var scenarioNames = []string{"ping-rest", "ping-grpc", "error-rest", "readyz", "get-subscription", "get-subscription-pgbench", "login-overload", "ping-rest-traced",
 	"ping-rest-redis", "adaptive-overload", scenWebhookThroughput, scenWebhookOutage}
 
-// scenarios builds the scenarios of issue 6 for this run.
+// scenarios builds, for this run, the scenarios of scenarioNames; the
+// Scenarios section of bench/README.md says what each compares.
 func (b *bench) scenarios() []scenario {
 	o := b.opts
 	hdr := map[string]string{}

@@ -1,0 +1,211 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/shebasvc/sheba/config"
+	"github.com/shebasvc/sheba/e2e/shebaproc"
+	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
+	"github.com/shebasvc/sheba/server"
+	"github.com/shebasvc/sheba/server/gateway"
+	"github.com/shebasvc/sheba/store"
+	"github.com/shebasvc/sheba/store/storetest"
+)
+
+// The gateway's rules are tested here over HTTP, against the gateway as
+// internal/app builds it, but small: the real services on a database of the
+// test's own, on a Channel without a chain, behind gateway.New and
+// gateway.Handler, served on 127.0.0.1. No rule tested here needs a link of
+// the chain: the services' errors carry their ErrorInfo already. What needs
+// the API key, the chain or both transports is tested in e2e.
+
+func TestMain(m *testing.M) {
+	os.Exit(storetest.Run(m))
+}
+
+// unknownID is an account id no test creates.
+const unknownID = "00000000-0000-4000-8000-000000000000"
+
+// direct is the Channel's chain: the handler at once.
+func direct(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	return handler(ctx, req)
+}
+
+// testGateway is a gateway being served, and what its test looks at.
+type testGateway struct {
+	url    string
+	client *http.Client
+	// handler is what the server serves, for calls without the network.
+	handler http.Handler
+	// pool is the services' database, for setting rows up and counting
+	// them.
+	pool *pgxpool.Pool
+	// account and sub call the services over the gateway's Channel, as
+	// the gateway does.
+	account shebav1.AccountServiceClient
+	sub     shebav1.SubscriptionServiceClient
+	// logs is what the services logged.
+	logs *shebaproc.Buffer
+}
+
+// newTestGateway serves the gateway of the services over a fresh database,
+// with the options of the assembly's default config changed by adjust. It
+// stops when the test ends.
+func newTestGateway(t testing.TB, adjust ...func(*gateway.Options)) *testGateway {
+	t.Helper()
+	pool := storetest.NewPool(t)
+	logs := &shebaproc.Buffer{}
+	services, err := server.New(store.New(pool), server.Options{Log: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatalf("server.New: %v", err)
+	}
+	channel := gateway.NewChannel(direct)
+	services.Register(channel)
+
+	cfg := config.Default()
+	opts := gateway.Options{
+		MaxBodyBytes:        cfg.HTTP.MaxBodyBytes,
+		MaxConcurrentBodies: cfg.HTTP.MaxConcurrentBodies,
+		CompressMinBytes:    cfg.Compression.MinBytes,
+	}
+	for _, a := range adjust {
+		a(&opts)
+	}
+	rest, err := gateway.New(t.Context(), channel, opts)
+	if err != nil {
+		t.Fatalf("gateway.New: %v", err)
+	}
+	// The operator handlers are the gateway's to route, not to make:
+	// readiness and metrics have tests of their own (server/health, e2e).
+	handler := gateway.Handler(rest, gateway.Operator{
+		Ready:   textHandler("application/json", `{"status":"ok"}`+"\n"),
+		Metrics: textHandler("text/plain", "# metrics\n"),
+	})
+	srv := httptest.NewServer(handler)
+	t.Cleanup(srv.Close)
+	return &testGateway{
+		url:     srv.URL,
+		client:  srv.Client(),
+		handler: handler,
+		pool:    pool,
+		account: shebav1.NewAccountServiceClient(channel),
+		sub:     shebav1.NewSubscriptionServiceClient(channel),
+		logs:    logs,
+	}
+}
+
+// textHandler answers every request with body, of type contentType.
+func textHandler(contentType, body string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", contentType)
+		_, _ = io.WriteString(w, body)
+	})
+}
+
+// count runs a SELECT count(*) query on the services' database.
+func (g *testGateway) count(t *testing.T, query string) int {
+	t.Helper()
+	var n int
+	if err := g.pool.QueryRow(t.Context(), query).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return n
+}
+
+// response is an answer as the client got it.
+type response struct {
+	code   int
+	header http.Header
+	body   []byte
+}
+
+// do sends a request with body (none if "") of type application/json, and
+// header, name and value pairs set on top; an empty value leaves the header
+// out.
+func (g *testGateway) do(t testing.TB, method, path, body string, header ...string) response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, g.url+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("request: %v", err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		if header[i+1] == "" {
+			req.Header.Del(header[i])
+		} else {
+			req.Header.Set(header[i], header[i+1])
+		}
+	}
+	return g.send(t, req)
+}
+
+// send sends req and reads the whole answer.
+func (g *testGateway) send(t testing.TB, req *http.Request) response {
+	t.Helper()
+	resp, err := g.client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", req.Method, req.URL.Path, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: read body: %v", req.Method, req.URL.Path, err)
+	}
+	return response{code: resp.StatusCode, header: resp.Header, body: body}
+}
+
+// wantCode checks the HTTP status code.
+func wantCode(t *testing.T, r response, want int) {
+	t.Helper()
+	if r.code != want {
+		t.Fatalf("got HTTP %d, want %d; body %s", r.code, want, r.body)
+	}
+}
+
+// jsonValue decodes a JSON document of any shape.
+func jsonValue(t *testing.T, b []byte) any {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatalf("body %q is not JSON: %v", b, err)
+	}
+	return v
+}
+
+// status decodes a google.rpc.Status in JSON.
+func (r response) status(t *testing.T) *spb.Status {
+	t.Helper()
+	var st spb.Status
+	if err := protojson.Unmarshal(r.body, &st); err != nil {
+		t.Fatalf("body %q is not a google.rpc.Status: %v", r.body, err)
+	}
+	return &st
+}
+
+// wantError checks an error answer, its HTTP code and the code of its
+// google.rpc.Status, which it returns.
+func wantError(t *testing.T, r response, httpCode int, code codes.Code) *spb.Status {
+	t.Helper()
+	wantCode(t, r, httpCode)
+	st := r.status(t)
+	if got := codes.Code(st.GetCode()); got != code {
+		t.Fatalf("got status code %v, want %v; body %s", got, code, r.body)
+	}
+	return st
+}

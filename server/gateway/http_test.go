@@ -1,0 +1,237 @@
+package gateway_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/shebasvc/sheba/gen/openapiv2"
+	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
+	"github.com/shebasvc/sheba/interceptors/reason"
+	"github.com/shebasvc/sheba/server/gateway"
+)
+
+func TestRoutingErrors(t *testing.T) {
+	t.Parallel()
+	g := newTestGateway(t)
+	for _, test := range []struct {
+		name, method, path string
+		httpCode           int
+		code               codes.Code
+		allow              string
+	}{
+		{"unknown path", http.MethodGet, "/v1/nothing", 404, codes.NotFound, ""},
+		{"unknown root path", http.MethodGet, "/favicon.ico", 404, codes.NotFound, ""},
+		{"DELETE on accounts", http.MethodDelete, "/v1/accounts", 405, codes.Unimplemented, "POST"},
+		{"PUT on ping", http.MethodPut, "/v1/ping", 405, codes.Unimplemented, "GET"},
+		{"DELETE on subscription", http.MethodDelete, "/v1/accounts/" + unknownID + "/subscription", 405, codes.Unimplemented, "GET, POST"},
+		{"GET on login", http.MethodGet, "/v1/accounts:login", 405, codes.Unimplemented, "POST"},
+	} {
+		t.Run(test.name, func(t *testing.T) {
+			r := g.do(t, test.method, test.path, "")
+			wantError(t, r, test.httpCode, test.code)
+			if got := r.header.Get("Allow"); got != test.allow {
+				t.Errorf("Allow: got %q, want %q", got, test.allow)
+			}
+		})
+	}
+}
+
+func TestUnsupportedContentType(t *testing.T) {
+	t.Parallel()
+	g := newTestGateway(t)
+	for _, ct := range []string{"application/x-www-form-urlencoded", "text/plain", "application/xml", "not a type"} {
+		t.Run(ct, func(t *testing.T) {
+			r := g.do(t, http.MethodPost, "/v1/accounts", `{"username":"ivan","password":"password1"}`, "Content-Type", ct)
+			wantError(t, r, http.StatusUnsupportedMediaType, codes.InvalidArgument)
+		})
+	}
+	// Parameters of a supported type are fine.
+	r := g.do(t, http.MethodPost, "/v1/accounts", `{"username":"ivan","password":"password1"}`, "Content-Type", "application/json; charset=utf-8")
+	wantCode(t, r, http.StatusOK)
+}
+
+// TestRESTBadBodies: a JSON body that does not decode to the request
+// message is 400, and nothing is created.
+func TestRESTBadBodies(t *testing.T) {
+	t.Parallel()
+	g := newTestGateway(t)
+	for _, test := range []struct {
+		name string
+		body string
+	}{
+		{"unknown field", `{"username":"alice","password":"password1","admin":true}`},
+		{"malformed JSON", `{"username":"alice",`},
+		{"wrong type", `{"username":42,"password":"password1"}`},
+		{"not an object", `[1,2]`},
+	} {
+		t.Run(test.name, func(t *testing.T) {
+			r := g.do(t, http.MethodPost, "/v1/accounts", test.body)
+			wantError(t, r, http.StatusBadRequest, codes.InvalidArgument)
+		})
+	}
+	n := g.count(t, `SELECT count(*) FROM accounts`)
+	if n != 0 {
+		t.Errorf("got %d accounts after bad bodies, want 0", n)
+	}
+}
+
+// TestBodyLimit sends a body over MaxBodyBytes, with its length declared
+// and without: 413 either way, and nothing is created.
+func TestBodyLimit(t *testing.T) {
+	t.Parallel()
+	g := newTestGateway(t, func(o *gateway.Options) { o.MaxBodyBytes = 1024 })
+	big := `{"username":"judy","password":"` + strings.Repeat("p", 2000) + `"}`
+
+	r := g.do(t, http.MethodPost, "/v1/accounts", big)
+	wantError(t, r, http.StatusRequestEntityTooLarge, codes.ResourceExhausted)
+
+	// Without a Content-Length the limit is found while reading.
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, g.url+"/v1/accounts", io.MultiReader(strings.NewReader(big)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.ContentLength = -1
+	wantError(t, g.send(t, req), http.StatusRequestEntityTooLarge, codes.ResourceExhausted)
+
+	n := g.count(t, `SELECT count(*) FROM accounts`)
+	if n != 0 {
+		t.Errorf("got %d accounts after oversized bodies, want 0", n)
+	}
+}
+
+// TestInternalErrorSaysNothingMore breaks the schema under the services:
+// the client sees "internal error" and none of the database's words.
+func TestInternalErrorSaysNothingMore(t *testing.T) {
+	t.Parallel()
+	g := newTestGateway(t)
+	if _, err := g.pool.Exec(t.Context(), `ALTER TABLE accounts RENAME TO accounts_gone`); err != nil {
+		t.Fatal(err)
+	}
+	_, err := g.account.GetAccount(t.Context(), &shebav1.GetAccountRequest{AccountId: unknownID})
+	if code := status.Code(err); code != codes.Internal {
+		t.Errorf("GetAccount over the Channel: got %v, want code Internal", err)
+	}
+	r := g.do(t, http.MethodGet, "/v1/accounts/"+unknownID, "")
+	st := wantError(t, r, http.StatusInternalServerError, codes.Internal)
+	if st.GetMessage() != "internal error" || len(st.GetDetails()) != 1 || reason.Of(status.FromProto(st)) != reason.Internal {
+		t.Errorf("got %s, want only \"internal error\" and the ErrorInfo INTERNAL", r.body)
+	}
+	if strings.Contains(string(r.body), "accounts") || strings.Contains(string(r.body), "SQLSTATE") {
+		t.Errorf("body %s leaks database detail", r.body)
+	}
+	// The detail is in the log, for the operator.
+	if !strings.Contains(g.logs.String(), "42P01") {
+		t.Errorf("log does not carry the database error: %s", g.logs.String())
+	}
+}
+
+// TestOperatorEndpoints checks the endpoints beside the API: /livez and
+// /openapi.json are the gateway's own, /readyz and /metrics the Operator
+// handlers it was given.
+func TestOperatorEndpoints(t *testing.T) {
+	t.Parallel()
+	g := newTestGateway(t)
+
+	r := g.do(t, http.MethodGet, "/livez", "")
+	if r.code != http.StatusNoContent || len(r.body) != 0 {
+		t.Errorf("GET /livez: got %d %q, want 204 and no body", r.code, r.body)
+	}
+
+	r = g.do(t, http.MethodGet, "/readyz", "")
+	wantCode(t, r, http.StatusOK)
+	if diff := cmp.Diff(map[string]any{"status": "ok"}, jsonValue(t, r.body)); diff != "" {
+		t.Errorf("GET /readyz body (-want +got):\n%s", diff)
+	}
+
+	r = g.do(t, http.MethodGet, "/metrics", "")
+	wantCode(t, r, http.StatusOK)
+	if string(r.body) != "# metrics\n" {
+		t.Errorf("GET /metrics: got %q, want the Operator's Metrics answer", r.body)
+	}
+
+	r = g.do(t, http.MethodGet, "/openapi.json", "")
+	wantCode(t, r, http.StatusOK)
+	if string(r.body) != openapiv2.Document {
+		t.Errorf("GET /openapi.json does not serve the generated document")
+	}
+}
+
+// TestOpenAPIDocumentHasEveryRoute checks the generated document against
+// the REST routes of docs/api.md.
+func TestOpenAPIDocumentHasEveryRoute(t *testing.T) {
+	var doc struct {
+		Swagger string `json:"swagger"`
+	}
+	if err := json.Unmarshal([]byte(openapiv2.Document), &doc); err != nil {
+		t.Fatalf("document is not JSON: %v", err)
+	}
+	var got []string
+	for _, op := range operations(t) {
+		got = append(got, op.method+" "+op.path)
+	}
+	slices.Sort(got)
+	want := []string{
+		"GET /v1/accounts/{accountId}",
+		"GET /v1/accounts/{accountId}/subscription",
+		"GET /v1/ping",
+		"GET /v1/subscriptions",
+		"GET /v1/webhookEndpoints",
+		"GET /v1/webhookEndpoints/{endpointId}",
+		"GET /v1/webhookEndpoints/{endpointId}/deliveries",
+		"DELETE /v1/webhookEndpoints/{endpointId}",
+		"POST /v1/accounts",
+		"POST /v1/accounts/{accountId}/subscription",
+		"POST /v1/accounts/{accountId}/subscription:cancel",
+		"POST /v1/accounts:login",
+		"POST /v1/webhookEndpoints",
+	}
+	slices.Sort(want)
+	if doc.Swagger != "2.0" {
+		t.Errorf("swagger: got %q, want 2.0", doc.Swagger)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("routes (-want +got):\n%s", diff)
+	}
+}
+
+// operation is one operation of the OpenAPI document.
+type operation struct {
+	method, path string
+	id           string // operationId: Service_Method
+}
+
+// operations returns every operation of the served OpenAPI document,
+// ordered by method, then path.
+func operations(t testing.TB) []operation {
+	t.Helper()
+	var doc struct {
+		Paths map[string]map[string]struct {
+			OperationID string `json:"operationId"`
+		} `json:"paths"`
+	}
+	if err := json.Unmarshal([]byte(openapiv2.Document), &doc); err != nil {
+		t.Fatalf("document is not JSON: %v", err)
+	}
+	var ops []operation
+	for path, byMethod := range doc.Paths {
+		for method, op := range byMethod {
+			ops = append(ops, operation{strings.ToUpper(method), path, op.OperationID})
+		}
+	}
+	slices.SortFunc(ops, func(a, b operation) int {
+		if c := strings.Compare(a.method, b.method); c != 0 {
+			return c
+		}
+		return strings.Compare(a.path, b.path)
+	})
+	return ops
+}

@@ -2,7 +2,7 @@
 # Runs every Go fuzz target of the module for a bounded time each:
 #   scripts/fuzz.sh [FUZZTIME]     (default 30s; any go test -fuzztime value)
 # make fuzz runs it on the throwaway Postgres of scripts/pg.sh, which the
-# targets in e2e need. A failing input is written under
+# targets in e2e and server/gateway need. A failing input is written under
 # testdata/fuzz/<FuzzName>/ of its package; commit it with the fix, and it
 # stays in the seed corpus that make test runs.
 set -euo pipefail

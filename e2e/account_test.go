@@ -27,7 +27,7 @@ func TestPing(t *testing.T) {
 
 	r := e.do(t, http.MethodGet, "/v1/ping", "")
 	wantCode(t, r, http.StatusOK)
-	if diff := cmp.Diff(map[string]any{"message": "pong"}, r.json(t)); diff != "" {
+	if diff := cmp.Diff(map[string]any{"message": "pong"}, r.JSON(t)); diff != "" {
 		t.Errorf("GET /v1/ping body (-want +got):\n%s", diff)
 	}
 }
@@ -57,16 +57,16 @@ func TestCreateAccountAndGet(t *testing.T) {
 	// REST: the bare Account, no password in any form.
 	r := e.do(t, http.MethodPost, "/v1/accounts", `{"username":"bob.b_1-x","password":"12345678"}`)
 	wantCode(t, r, http.StatusOK)
-	body := r.json(t)
+	body := r.JSON(t)
 	if body["username"] != "bob.b_1-x" || body["id"] == nil || body["createTime"] == nil {
-		t.Fatalf("POST /v1/accounts: got %s, want a bare Account", r.body)
+		t.Fatalf("POST /v1/accounts: got %s, want a bare Account", r.Body)
 	}
-	if strings.Contains(strings.ToLower(string(r.body)), "password") || strings.Contains(string(r.body), "12345678") {
-		t.Errorf("POST /v1/accounts: body %s mentions the password", r.body)
+	if strings.Contains(strings.ToLower(string(r.Body)), "password") || strings.Contains(string(r.Body), "12345678") {
+		t.Errorf("POST /v1/accounts: body %s mentions the password", r.Body)
 	}
 	r = e.do(t, http.MethodGet, "/v1/accounts/"+body["id"].(string), "")
 	wantCode(t, r, http.StatusOK)
-	if diff := cmp.Diff(body, r.json(t)); diff != "" {
+	if diff := cmp.Diff(body, r.JSON(t)); diff != "" {
 		t.Errorf("GET account differs from the created one (-want +got):\n%s", diff)
 	}
 	// An upper-case UUID names the same account.
@@ -139,9 +139,9 @@ func TestLogin(t *testing.T) {
 	}
 	r := e.do(t, http.MethodPost, "/v1/accounts:login", `{"username":"carol","password":"s3cret-pass"}`)
 	wantCode(t, r, http.StatusOK)
-	account, ok := r.json(t)["account"].(map[string]any)
+	account, ok := r.JSON(t)["account"].(map[string]any)
 	if !ok || account["id"] != created.GetAccount().GetId() {
-		t.Errorf(`POST /v1/accounts:login: got %s, want {"account":{...}}`, r.body)
+		t.Errorf(`POST /v1/accounts:login: got %s, want {"account":{...}}`, r.Body)
 	}
 
 	for _, test := range []struct {

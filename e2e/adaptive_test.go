@@ -164,8 +164,8 @@ func TestAdaptiveLimitSheds(t *testing.T) {
 	if o := e.getAccountREST(t); o.httpCode != 429 || o.retryAfter != "1" {
 		t.Errorf("REST call over the limit: got %d Retry-After %q, want 429 and 1", o.httpCode, o.retryAfter)
 	}
-	if r := e.do(t, http.MethodGet, "/livez", ""); r.code != http.StatusNoContent {
-		t.Errorf("/livez with the limit full: %d, want 204", r.code)
+	if r := e.do(t, http.MethodGet, "/livez", ""); r.Code != http.StatusNoContent {
+		t.Errorf("/livez with the limit full: %d, want 204", r.Code)
 	}
 	if _, err := e.health.Check(t.Context(), &healthpb.HealthCheckRequest{}); err != nil {
 		t.Errorf("gRPC health check with the limit full: %v", err)

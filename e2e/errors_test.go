@@ -69,22 +69,22 @@ func wantDetails(t *testing.T, what string, st *status.Status, retryable bool, w
 // request asked for it): its HTTP status and wantDetails.
 func wantRESTDetails(t *testing.T, what string, r restResponse, httpCode int, want string) *status.Status {
 	t.Helper()
-	if r.code != httpCode {
-		t.Errorf("%s: got HTTP %d, want %d; body %q", what, r.code, httpCode, r.body)
+	if r.Code != httpCode {
+		t.Errorf("%s: got HTTP %d, want %d; body %q", what, r.Code, httpCode, r.Body)
 		return nil
 	}
 	var st *status.Status
-	if r.header.Get("Content-Type") == "application/cbor" {
+	if r.Header.Get("Content-Type") == "application/cbor" {
 		var err error
-		if st, err = cborStatus(r.body); err != nil {
-			t.Errorf("%s: CBOR body %x: %v", what, r.body, err)
+		if st, err = cborStatus(r.Body); err != nil {
+			t.Errorf("%s: CBOR body %x: %v", what, r.Body, err)
 			return nil
 		}
 	} else {
-		st = status.FromProto(r.status(t))
+		st = status.FromProto(r.Status(t))
 	}
 	retryable := httpCode == http.StatusTooManyRequests || httpCode == http.StatusServiceUnavailable
-	wantDetails(t, what, st, retryable, want, r.header.Values("Retry-After"))
+	wantDetails(t, what, st, retryable, want, r.Header.Values("Retry-After"))
 	return st
 }
 
@@ -228,8 +228,8 @@ func TestErrorDetails(t *testing.T) {
 			if st != nil && gst != nil && st.Message() != gst.Message() {
 				t.Errorf("messages differ: REST %q, gRPC %q", st.Message(), gst.Message())
 			}
-			if test.name == "429 with a hint of 2.5 s" && r.header.Get("Retry-After") != "3" {
-				t.Errorf("Retry-After: got %q, want 3 (2.5 s rounded up)", r.header.Get("Retry-After"))
+			if test.name == "429 with a hint of 2.5 s" && r.Header.Get("Retry-After") != "3" {
+				t.Errorf("Retry-After: got %q, want 3 (2.5 s rounded up)", r.Header.Get("Retry-After"))
 			}
 			cbor := e.do(t, test.method, test.path, test.body, append([]string{"Accept", "application/cbor"}, test.header...)...)
 			wantRESTDetails(t, "REST CBOR", cbor, test.httpCode, test.reason)

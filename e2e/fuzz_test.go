@@ -52,12 +52,12 @@ func FuzzPageToken(f *testing.F) {
 	f.Fuzz(func(t *testing.T, token, plan string) {
 		q := url.Values{"page_size": {"1"}, "page_token": {token}, "plan": {plan}}
 		r := e.do(t, http.MethodGet, "/v1/subscriptions?"+q.Encode(), "")
-		switch r.code {
+		switch r.Code {
 		case http.StatusOK:
 		case http.StatusBadRequest:
-			wantDetails(t, "REST 400", status.FromProto(r.status(t)), false, reason.InvalidArgument, r.header.Values("Retry-After"))
+			wantDetails(t, "REST 400", status.FromProto(r.Status(t)), false, reason.InvalidArgument, r.Header.Values("Retry-After"))
 		default:
-			t.Fatalf("REST token %q plan %q: got HTTP %d, want 200 or 400; body %q", token, plan, r.code, r.body)
+			t.Fatalf("REST token %q plan %q: got HTTP %d, want 200 or 400; body %q", token, plan, r.Code, r.Body)
 		}
 		// A proto string must be UTF-8: the gRPC client cannot send
 		// anything else.
@@ -68,8 +68,8 @@ func FuzzPageToken(f *testing.F) {
 		switch code := status.Code(err); {
 		case code != codes.OK && code != codes.InvalidArgument:
 			t.Fatalf("gRPC token %q plan %q: got %v, want OK or InvalidArgument", token, plan, err)
-		case (code == codes.OK) != (r.code == http.StatusOK):
-			t.Fatalf("token %q plan %q: gRPC %v but REST %d", token, plan, code, r.code)
+		case (code == codes.OK) != (r.Code == http.StatusOK):
+			t.Fatalf("token %q plan %q: gRPC %v but REST %d", token, plan, code, r.Code)
 		}
 	})
 }

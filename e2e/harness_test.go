@@ -4,19 +4,15 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -24,9 +20,9 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/shebasvc/sheba/config"
+	"github.com/shebasvc/sheba/e2e/resttest"
 	"github.com/shebasvc/sheba/e2e/shebaproc"
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/internal/app"
@@ -213,89 +209,27 @@ func (e *testEnv) count(t *testing.T, query string, args ...any) int {
 }
 
 // restResponse is what a REST client sees.
-type restResponse struct {
-	code   int
-	header http.Header
-	body   []byte
-}
+type restResponse = resttest.Response
 
 // do sends a REST request with a JSON body (none if body is "") and testKey
 // in x-api-key. header holds name, value pairs that are set on top; an empty
 // value removes the header.
 func (e *testEnv) do(t *testing.T, method, path, body string, header ...string) restResponse {
 	t.Helper()
-	var r io.Reader
-	if body != "" {
-		r = strings.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(t.Context(), method, e.baseURL+path, r)
-	if err != nil {
-		t.Fatalf("request: %v", err)
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("X-Api-Key", testKey)
-	for i := 0; i+1 < len(header); i += 2 {
-		if header[i+1] == "" {
-			req.Header.Del(header[i])
-			continue
-		}
-		req.Header.Set(header[i], header[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("read body: %v", err)
-	}
-	return restResponse{code: resp.StatusCode, header: resp.Header, body: b}
+	return resttest.Client{BaseURL: e.baseURL, Header: http.Header{"X-Api-Key": {testKey}}}.Do(t, method, path, body, header...)
 }
 
-// json decodes the body into a generic map.
-func (r restResponse) json(t *testing.T) map[string]any {
-	t.Helper()
-	var m map[string]any
-	if err := json.Unmarshal(r.body, &m); err != nil {
-		t.Fatalf("body %q is not a JSON object: %v", r.body, err)
-	}
-	return m
-}
-
-// status decodes a google.rpc.Status error body.
-func (r restResponse) status(t *testing.T) *spb.Status {
-	t.Helper()
-	var st spb.Status
-	if err := protojson.Unmarshal(r.body, &st); err != nil {
-		t.Fatalf("body %q is not a google.rpc.Status: %v", r.body, err)
-	}
-	return &st
-}
-
-// wantREST checks an HTTP status code.
+// wantCode checks an HTTP status code.
 func wantCode(t *testing.T, r restResponse, want int) {
 	t.Helper()
-	if r.code != want {
-		t.Fatalf("got HTTP %d, want %d; body %s", r.code, want, r.body)
-	}
+	resttest.WantCode(t, r, want)
 }
 
 // wantRESTError checks an error answer: HTTP code, Status code and, if
 // field is not empty, a BadRequest violation of that field.
 func wantRESTError(t *testing.T, r restResponse, httpCode int, code codes.Code, field string) *spb.Status {
 	t.Helper()
-	wantCode(t, r, httpCode)
-	st := r.status(t)
-	if codes.Code(st.GetCode()) != code {
-		t.Fatalf("got status code %v, want %v; body %s", codes.Code(st.GetCode()), code, r.body)
-	}
-	if field != "" && !hasViolation(status.FromProto(st), field) {
-		t.Fatalf("no field violation for %q in %s", field, r.body)
-	}
-	return st
+	return resttest.WantError(t, r, httpCode, code, field)
 }
 
 // wantGRPCError checks a gRPC error's code and, if field is not empty, its
@@ -311,15 +245,4 @@ func wantGRPCError(t *testing.T, err error, code codes.Code, field string) {
 	}
 }
 
-func hasViolation(st *status.Status, field string) bool {
-	for _, d := range st.Details() {
-		if br, ok := d.(*errdetails.BadRequest); ok {
-			for _, v := range br.GetFieldViolations() {
-				if v.GetField() == field {
-					return true
-				}
-			}
-		}
-	}
-	return false
-}
+func hasViolation(st *status.Status, field string) bool { return resttest.HasViolation(st, field) }

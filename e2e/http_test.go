@@ -42,13 +42,13 @@ func TestOperatorEndpoints(t *testing.T) {
 	var r restResponse
 	for {
 		r = e.do(t, http.MethodGet, "/readyz", "")
-		if r.code == http.StatusOK || time.Now().After(deadline) {
+		if r.Code == http.StatusOK || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	wantCode(t, r, http.StatusOK)
-	if diff := cmp.Diff(map[string]any{"status": "ok"}, r.json(t)); diff != "" {
+	if diff := cmp.Diff(map[string]any{"status": "ok"}, r.JSON(t)); diff != "" {
 		t.Errorf("GET /readyz body (-want +got):\n%s", diff)
 	}
 	for _, svc := range []string{"", "sheba.v1.PingService", "sheba.v1.AccountService", "sheba.v1.SubscriptionService"} {

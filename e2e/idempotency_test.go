@@ -51,7 +51,7 @@ func subscribePath(accountID string) string {
 // wantReplayed checks the Idempotent-Replayed header of r.
 func wantReplayed(t *testing.T, what string, r restResponse, want bool) {
 	t.Helper()
-	got := r.header.Get("Idempotent-Replayed")
+	got := r.Header.Get("Idempotent-Replayed")
 	if (got == "true") != want || (!want && got != "") {
 		t.Errorf("%s: Idempotent-Replayed %q, want replayed %v", what, got, want)
 	}
@@ -73,8 +73,8 @@ func TestIdempotencyTransports(t *testing.T) {
 	again := e.do(t, "POST", subscribePath(id), `{"plan":"pro"}`, "Idempotency-Key", `"sub-1"`)
 	wantCode(t, again, http.StatusOK)
 	wantReplayed(t, "REST retry", again, true)
-	if !bytes.Equal(first.body, again.body) {
-		t.Errorf("replayed body:\n got %s\nwant %s", again.body, first.body)
+	if !bytes.Equal(first.Body, again.Body) {
+		t.Errorf("replayed body:\n got %s\nwant %s", again.Body, first.Body)
 	}
 
 	// The same request over gRPC has the same fingerprint: the key replays
@@ -89,8 +89,8 @@ func TestIdempotencyTransports(t *testing.T) {
 		t.Errorf("gRPC retry: idempotent-replayed %q, want true", got)
 	}
 	var want shebav1.Subscription
-	if err := protojson.Unmarshal(first.body, &want); err != nil {
-		t.Fatalf("REST body %s: %v", first.body, err)
+	if err := protojson.Unmarshal(first.Body, &want); err != nil {
+		t.Fatalf("REST body %s: %v", first.Body, err)
 	}
 	if diff := cmp.Diff(&want, resp.GetSubscription(), protocmp.Transform()); diff != "" {
 		t.Errorf("gRPC replay of a REST create (-want +got):\n%s", diff)
@@ -99,7 +99,7 @@ func TestIdempotencyTransports(t *testing.T) {
 	r := e.do(t, "POST", subscribePath(id), `{"plan":"basic"}`, "Idempotency-Key", `"sub-1"`)
 	st := wantRESTError(t, r, http.StatusUnprocessableEntity, codes.InvalidArgument, "")
 	if got := reasonOf(status.FromProto(st)); got != "IDEMPOTENCY_KEY_REUSED" {
-		t.Errorf("REST reason: got %q, want IDEMPOTENCY_KEY_REUSED; body %s", got, r.body)
+		t.Errorf("REST reason: got %q, want IDEMPOTENCY_KEY_REUSED; body %s", got, r.Body)
 	}
 	wantReplayed(t, "reused key", r, false)
 	if n := e.count(t, `SELECT count(*) FROM subscriptions WHERE account_id = $1`, id); n != 1 {
@@ -146,9 +146,9 @@ func TestIdempotencyInUseREST(t *testing.T) {
 	r := e.do(t, "POST", subscribePath(id), `{"plan":"pro"}`, "Idempotency-Key", "same")
 	st := wantRESTError(t, r, http.StatusConflict, codes.Aborted, "")
 	if got := reasonOf(status.FromProto(st)); got != "IDEMPOTENCY_KEY_IN_USE" {
-		t.Errorf("reason: got %q, want IDEMPOTENCY_KEY_IN_USE; body %s", got, r.body)
+		t.Errorf("reason: got %q, want IDEMPOTENCY_KEY_IN_USE; body %s", got, r.Body)
 	}
-	if got := r.header.Get("Retry-After"); got != "1" {
+	if got := r.Header.Get("Retry-After"); got != "1" {
 		t.Errorf("Retry-After: got %q, want 1", got)
 	}
 	close(release)

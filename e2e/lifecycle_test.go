@@ -219,11 +219,11 @@ func (e *testEnv) readiness(t *testing.T) readiness {
 	t.Helper()
 	var rd readiness
 	r := e.do(t, http.MethodGet, "/readyz", "")
-	rd.readyz = r.code
-	if r.code != http.StatusOK {
-		body := r.json(t)
+	rd.readyz = r.Code
+	if r.Code != http.StatusOK {
+		body := r.JSON(t)
 		if body["status"] != "unavailable" {
-			t.Errorf("/readyz %d body %s: want status unavailable", r.code, r.body)
+			t.Errorf("/readyz %d body %s: want status unavailable", r.Code, r.Body)
 		}
 		rd.reason, _ = body["reason"].(string)
 	}
@@ -329,8 +329,8 @@ func TestDatabaseOutage(t *testing.T) {
 		t.Errorf("gRPC Ping while the database is down: %v", err)
 	}
 	wantCode(t, e.do(t, http.MethodGet, "/v1/ping", ""), http.StatusOK)
-	if r := e.do(t, http.MethodGet, "/livez", ""); r.code != http.StatusNoContent {
-		t.Errorf("/livez while the database is down: got %d, want 204", r.code)
+	if r := e.do(t, http.MethodGet, "/livez", ""); r.Code != http.StatusNoContent {
+		t.Errorf("/livez while the database is down: got %d, want 204", r.Code)
 	}
 
 	(*proxy).restore(t)
@@ -349,8 +349,8 @@ func TestDatabaseOutage(t *testing.T) {
 	}
 	r = e.do(t, http.MethodGet, "/v1/accounts/"+id, "")
 	wantCode(t, r, http.StatusOK)
-	if r.json(t)["username"] != "outage" {
-		t.Errorf("REST GetAccount after the outage: got %s", r.body)
+	if r.JSON(t)["username"] != "outage" {
+		t.Errorf("REST GetAccount after the outage: got %s", r.Body)
 	}
 }
 

@@ -73,7 +73,7 @@ func (e *testEnv) getAccountGRPC(ctx context.Context) outcome {
 
 func (e *testEnv) getAccountREST(t *testing.T) outcome {
 	r := e.do(t, http.MethodGet, "/v1/accounts/"+unknownID, "")
-	return outcome{r.code, r.header.Get("Retry-After")}
+	return outcome{r.Code, r.Header.Get("Retry-After")}
 }
 
 // TestConcurrencyLimitSheds sends 200 concurrent slow requests at
@@ -185,12 +185,12 @@ func TestPerKeyRateLimit(t *testing.T) {
 	// since the hammering stopped, so spend them first.
 	var r restResponse
 	for range 100 {
-		if r = e.do(t, http.MethodGet, "/v1/accounts/"+unknownID, "", "X-Api-Key", keyA); r.code != http.StatusNotFound {
+		if r = e.do(t, http.MethodGet, "/v1/accounts/"+unknownID, "", "X-Api-Key", keyA); r.Code != http.StatusNotFound {
 			break
 		}
 	}
 	wantRESTError(t, r, http.StatusTooManyRequests, codes.ResourceExhausted, "")
-	if got := r.header.Get("Retry-After"); got != "1" {
+	if got := r.Header.Get("Retry-After"); got != "1" {
 		t.Errorf("REST Retry-After: got %q, want 1", got)
 	}
 	// The test key has no per-key budget drawn: it still passes.
@@ -208,14 +208,14 @@ func TestGlobalRateLimit(t *testing.T) {
 		got = append(got, e.getAccountGRPC(t.Context()).httpCode)
 	}
 	r := e.do(t, http.MethodGet, "/v1/ping", "")
-	got = append(got, r.code)
+	got = append(got, r.Code)
 	if diff := cmp.Diff([]int{404, 404, 404, 429}, got); diff != "" {
 		t.Errorf("statuses (-want +got):\n%s", diff)
 	}
 	// Not earlier than the RateLimit header's t: the 3-token bucket at 0.2/s
 	// is whole again in at most 15 s (docs/api.md#rate-limit-headers).
-	if secs, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || secs < 1 || secs > 15 {
-		t.Errorf("Retry-After: got %q, want 1..15", r.header.Get("Retry-After"))
+	if secs, err := strconv.Atoi(r.Header.Get("Retry-After")); err != nil || secs < 1 || secs > 15 {
+		t.Errorf("Retry-After: got %q, want 1..15", r.Header.Get("Retry-After"))
 	}
 }
 
@@ -307,8 +307,8 @@ func TestAuth(t *testing.T) {
 		t.Errorf("public Ping without key: %v", err)
 	}
 	for _, path := range []string{"/v1/ping", "/livez", "/openapi.json"} {
-		if r := e.do(t, http.MethodGet, path, "", "X-Api-Key", ""); r.code/100 != 2 {
-			t.Errorf("GET %s without key: got %d", path, r.code)
+		if r := e.do(t, http.MethodGet, path, "", "X-Api-Key", ""); r.Code/100 != 2 {
+			t.Errorf("GET %s without key: got %d", path, r.Code)
 		}
 	}
 	if strings.Contains(e.logs.String(), testKey) {
@@ -360,8 +360,8 @@ func TestOperatorEndpointsUnderRejection(t *testing.T) {
 		t.Errorf("business call with all slots taken: got %d, want 429", o.httpCode)
 	}
 	for path, want := range map[string]int{"/livez": 204, "/readyz": 200, "/openapi.json": 200, "/metrics": 200} {
-		if r := e.do(t, http.MethodGet, path, ""); r.code != want {
-			t.Errorf("GET %s while shedding: got %d, want %d", path, r.code, want)
+		if r := e.do(t, http.MethodGet, path, ""); r.Code != want {
+			t.Errorf("GET %s while shedding: got %d, want %d", path, r.Code, want)
 		}
 	}
 	if resp, err := healthpb.NewHealthClient(e.anon).Check(t.Context(), &healthpb.HealthCheckRequest{}); err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
@@ -381,7 +381,7 @@ func TestOperatorEndpointsUnderRejection(t *testing.T) {
 func waitReady(t *testing.T, e *testEnv) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if e.do(t, http.MethodGet, "/readyz", "").code == http.StatusOK {
+		if e.do(t, http.MethodGet, "/readyz", "").Code == http.StatusOK {
 			return
 		}
 	}

@@ -36,23 +36,23 @@ func TestRateLimitHeaders(t *testing.T) {
 	// REST with the key: the per-key limit is the tighter.
 	for i := range 4 {
 		resp := e.do(t, http.MethodGet, "/v1/ping", "")
-		name, q, w, r, tt := interceptortest.RateLimitFields(t, resp.header.Values("RateLimit-Policy"), resp.header.Values("RateLimit"))
+		name, q, w, r, tt := interceptortest.RateLimitFields(t, resp.Header.Values("RateLimit-Policy"), resp.Header.Values("RateLimit"))
 		if name != "key" || q != 3 || w != 6 {
 			t.Errorf("REST call %d: policy %q q=%d w=%d, want \"key\" q=3 w=6", i+1, name, q, w)
 		}
-		if len(resp.header.Values("Grpc-Metadata-Ratelimit")) != 0 {
+		if len(resp.Header.Values("Grpc-Metadata-Ratelimit")) != 0 {
 			t.Error("RateLimit also sent with the Grpc-Metadata- prefix")
 		}
 		if i < 3 {
-			if resp.code != http.StatusOK || r != int64(2-i) {
-				t.Errorf("REST call %d: %d r=%d, want 200 r=%d", i+1, resp.code, r, 2-i)
+			if resp.Code != http.StatusOK || r != int64(2-i) {
+				t.Errorf("REST call %d: %d r=%d, want 200 r=%d", i+1, resp.Code, r, 2-i)
 			}
 			continue
 		}
-		ra, err := strconv.ParseInt(resp.header.Get("Retry-After"), 10, 64)
-		if resp.code != http.StatusTooManyRequests || r != 0 || err != nil || ra < tt || tt < 1 {
+		ra, err := strconv.ParseInt(resp.Header.Get("Retry-After"), 10, 64)
+		if resp.Code != http.StatusTooManyRequests || r != 0 || err != nil || ra < tt || tt < 1 {
 			t.Errorf("REST call 4: %d r=%d t=%d Retry-After %q; want 429 r=0, Retry-After >= t >= 1",
-				resp.code, r, tt, resp.header.Get("Retry-After"))
+				resp.Code, r, tt, resp.Header.Get("Retry-After"))
 		}
 	}
 	// gRPC without a key (Ping is public): only the global limit applies.

@@ -90,26 +90,26 @@ func TestSubscriptionLifecycleREST(t *testing.T) {
 
 	r := e.do(t, http.MethodPost, base, `{"plan":"team"}`)
 	wantCode(t, r, http.StatusOK)
-	s := r.json(t)
+	s := r.JSON(t)
 	if s["accountId"] != id || s["plan"] != "team" || s["status"] != "SUBSCRIPTION_STATUS_ACTIVE" || s["createTime"] == nil {
-		t.Fatalf("POST %s: got %s, want a bare active Subscription", base, r.body)
+		t.Fatalf("POST %s: got %s, want a bare active Subscription", base, r.Body)
 	}
 	if _, ok := s["cancelTime"]; ok {
-		t.Errorf("POST %s: got cancelTime in %s, want it absent while active", base, r.body)
+		t.Errorf("POST %s: got cancelTime in %s, want it absent while active", base, r.Body)
 	}
 	wantRESTError(t, e.do(t, http.MethodPost, base, `{"plan":"team"}`), http.StatusConflict, codes.AlreadyExists, "")
 
 	r = e.do(t, http.MethodGet, base, "")
 	wantCode(t, r, http.StatusOK)
-	if diff := cmp.Diff(s, r.json(t)); diff != "" {
+	if diff := cmp.Diff(s, r.JSON(t)); diff != "" {
 		t.Errorf("GET %s (-want +got):\n%s", base, diff)
 	}
 
 	r = e.do(t, http.MethodPost, base+":cancel", "")
 	wantCode(t, r, http.StatusOK)
-	c := r.json(t)
+	c := r.JSON(t)
 	if c["id"] != s["id"] || c["status"] != "SUBSCRIPTION_STATUS_CANCELED" || c["cancelTime"] == nil {
-		t.Errorf("POST %s:cancel: got %s, want the subscription canceled", base, r.body)
+		t.Errorf("POST %s:cancel: got %s, want the subscription canceled", base, r.Body)
 	}
 	wantRESTError(t, e.do(t, http.MethodGet, base, ""), http.StatusNotFound, codes.NotFound, "")
 	wantRESTError(t, e.do(t, http.MethodPost, base+":cancel", "{}"), http.StatusNotFound, codes.NotFound, "")
@@ -264,13 +264,13 @@ func TestListSubscriptionsPaging(t *testing.T) {
 		for pages := 0; pages < 100; pages++ {
 			r := e.do(t, http.MethodGet, "/v1/subscriptions?page_size=7&page_token="+url.QueryEscape(token), "")
 			wantCode(t, r, http.StatusOK)
-			body := r.json(t)
+			body := r.JSON(t)
 			for _, s := range body["subscriptions"].([]any) {
 				got = append(got, s.(map[string]any)["id"].(string))
 			}
 			next, ok := body["nextPageToken"].(string)
 			if !ok {
-				t.Fatalf("page %d: no nextPageToken in %s", pages, r.body)
+				t.Fatalf("page %d: no nextPageToken in %s", pages, r.Body)
 			}
 			if token = next; token == "" {
 				break
@@ -324,7 +324,7 @@ func TestListSubscriptionsFilterAndSizes(t *testing.T) {
 	}
 	r := e.do(t, http.MethodGet, "/v1/subscriptions?plan=none", "")
 	wantCode(t, r, http.StatusOK)
-	if diff := cmp.Diff(map[string]any{"subscriptions": []any{}, "nextPageToken": ""}, r.json(t)); diff != "" {
+	if diff := cmp.Diff(map[string]any{"subscriptions": []any{}, "nextPageToken": ""}, r.JSON(t)); diff != "" {
 		t.Errorf("empty list body (-want +got):\n%s", diff)
 	}
 }

@@ -31,11 +31,11 @@ func (e *testEnv) scrape(t *testing.T) map[string]*dto.MetricFamily {
 	t.Helper()
 	r := e.do(t, http.MethodGet, "/metrics", "", "X-Api-Key", "")
 	wantCode(t, r, http.StatusOK)
-	if strings.Contains(string(r.body), testKey) {
+	if strings.Contains(string(r.Body), testKey) {
 		t.Error("an API key appears in /metrics")
 	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := p.TextToMetricFamilies(strings.NewReader(string(r.body)))
+	families, err := p.TextToMetricFamilies(strings.NewReader(string(r.Body)))
 	if err != nil {
 		t.Fatalf("parse /metrics: %v", err)
 	}
@@ -294,7 +294,7 @@ func TestExemplars(t *testing.T) {
 	r := e.do(t, http.MethodGet, "/metrics", "", "Accept", "application/openmetrics-text; version=1.0.0")
 	wantCode(t, r, http.StatusOK)
 	found := false
-	for line := range strings.SplitSeq(string(r.body), "\n") {
+	for line := range strings.SplitSeq(string(r.Body), "\n") {
 		if strings.HasPrefix(line, "grpc_server_handling_seconds_bucket{") && strings.Contains(line, `grpc_method="Ping"`) && strings.Contains(line, `# {trace_id="`+traceID+`"}`) {
 			found = true
 		}
@@ -332,7 +332,7 @@ func TestRequestLog(t *testing.T) {
 	r := e.do(t, http.MethodPost, "/v1/accounts", `{"username":"nina","password":"`+password+`"}`,
 		"X-Request-Id", "req-rest-1", "Traceparent", "00-6bf92f3577b34da6a3ce929d0e0e4738-20f067aa0ba902b9-01")
 	wantCode(t, r, http.StatusOK)
-	if got := r.header.Get("X-Request-Id"); got != "req-rest-1" {
+	if got := r.Header.Get("X-Request-Id"); got != "req-rest-1" {
 		t.Errorf("X-Request-Id response header: got %q, want req-rest-1", got)
 	}
 	var header metadata.MD
@@ -345,7 +345,7 @@ func TestRequestLog(t *testing.T) {
 		t.Errorf("x-request-id response metadata: got %q, want req-grpc-2", got)
 	}
 	// Without one, the server makes one.
-	if got := e.do(t, http.MethodGet, "/v1/ping", "").header.Get("X-Request-Id"); got == "" {
+	if got := e.do(t, http.MethodGet, "/v1/ping", "").Header.Get("X-Request-Id"); got == "" {
 		t.Error("no X-Request-Id made for a request without one")
 	}
 

@@ -50,7 +50,7 @@ func (e *testEnv) createEndpoint(t *testing.T, url string, types ...string) (id,
 	b, _ := json.Marshal(map[string]any{"url": url, "eventTypes": types})
 	r := e.do(t, http.MethodPost, "/v1/webhookEndpoints", string(b))
 	wantCode(t, r, http.StatusOK)
-	m := r.json(t)
+	m := r.JSON(t)
 	return m["id"].(string), m["secret"].(string)
 }
 
@@ -62,7 +62,7 @@ func (e *testEnv) deliveries(t *testing.T, endpointID string) []map[string]any {
 	for {
 		r := e.do(t, http.MethodGet, "/v1/webhookEndpoints/"+endpointID+"/deliveries?page_size=1000&page_token="+token, "")
 		wantCode(t, r, http.StatusOK)
-		m := r.json(t)
+		m := r.JSON(t)
 		for _, d := range m["deliveries"].([]any) {
 			all = append(all, d.(map[string]any))
 		}
@@ -100,7 +100,7 @@ func TestWebhookSignedDelivery(t *testing.T) {
 
 	r := e.do(t, http.MethodPost, "/v1/accounts", `{"username":"wendy","password":"password1"}`)
 	wantCode(t, r, http.StatusOK)
-	account := r.json(t)
+	account := r.JSON(t)
 
 	waitFor(t, 30*time.Second, "the delivery", func() bool { return e.allSucceeded(t, endpointID, 1) })
 	got := rcv.Requests()

@@ -27,22 +27,22 @@ func TestWebhookEndpointCRUD(t *testing.T) {
 	r := e.do(t, http.MethodPost, "/v1/webhookEndpoints",
 		`{"url":"http://127.0.0.1:1/hook","eventTypes":["subscription.created","account.created"],"description":"billing"}`)
 	wantCode(t, r, http.StatusOK)
-	created := r.json(t)
+	created := r.JSON(t)
 	id, _ := created["id"].(string)
 	secret, _ := created["secret"].(string)
 	if len(id) != 36 || !strings.HasPrefix(secret, "whsec_") || len(secret) != len("whsec_")+44 {
-		t.Fatalf("create: got %s, want an id and a whsec_ secret of 32 bytes", r.body)
+		t.Fatalf("create: got %s, want an id and a whsec_ secret of 32 bytes", r.Body)
 	}
 	if created["state"] != "ENABLED" || created["url"] != "http://127.0.0.1:1/hook" || created["description"] != "billing" ||
 		fmt.Sprint(created["eventTypes"]) != "[subscription.created account.created]" || created["createTime"] == nil {
-		t.Errorf("create: got %s, want the endpoint as sent, ENABLED", r.body)
+		t.Errorf("create: got %s, want the endpoint as sent, ENABLED", r.Body)
 	}
 
 	// The secret is shown only on create.
 	r = e.do(t, http.MethodGet, "/v1/webhookEndpoints/"+id, "")
 	wantCode(t, r, http.StatusOK)
-	if got := r.json(t); got["id"] != id || got["secret"] != "" {
-		t.Errorf("get: got %s, want the endpoint with an empty secret", r.body)
+	if got := r.JSON(t); got["id"] != id || got["secret"] != "" {
+		t.Errorf("get: got %s, want the endpoint with an empty secret", r.Body)
 	}
 
 	// Another key sees nothing of it.
@@ -52,8 +52,8 @@ func TestWebhookEndpointCRUD(t *testing.T) {
 	wantRESTError(t, e.do(t, http.MethodDelete, "/v1/webhookEndpoints/"+id, "", other...), http.StatusNotFound, codes.NotFound, "")
 	r = e.do(t, http.MethodGet, "/v1/webhookEndpoints", "", other...)
 	wantCode(t, r, http.StatusOK)
-	if got := r.json(t); len(got["webhookEndpoints"].([]any)) != 0 || got["nextPageToken"] != "" {
-		t.Errorf("list by another key: got %s, want an empty list", r.body)
+	if got := r.JSON(t); len(got["webhookEndpoints"].([]any)) != 0 || got["nextPageToken"] != "" {
+		t.Errorf("list by another key: got %s, want an empty list", r.Body)
 	}
 
 	// Paging: three more endpoints, pages of two, newest first.
@@ -61,14 +61,14 @@ func TestWebhookEndpointCRUD(t *testing.T) {
 	for i := range 3 {
 		r := e.do(t, http.MethodPost, "/v1/webhookEndpoints", fmt.Sprintf(`{"url":"http://127.0.0.1:1/hook%d","eventTypes":["account.created"]}`, i))
 		wantCode(t, r, http.StatusOK)
-		ids = append(ids, r.json(t)["id"].(string))
+		ids = append(ids, r.JSON(t)["id"].(string))
 	}
 	var listed []string
 	token := ""
 	for page := 0; ; page++ {
 		r := e.do(t, http.MethodGet, "/v1/webhookEndpoints?page_size=2&page_token="+token, "")
 		wantCode(t, r, http.StatusOK)
-		m := r.json(t)
+		m := r.JSON(t)
 		for _, ep := range m["webhookEndpoints"].([]any) {
 			listed = append(listed, ep.(map[string]any)["id"].(string))
 		}
@@ -86,14 +86,14 @@ func TestWebhookEndpointCRUD(t *testing.T) {
 
 	r = e.do(t, http.MethodGet, "/v1/webhookEndpoints/"+id+"/deliveries", "")
 	wantCode(t, r, http.StatusOK)
-	if got := r.json(t); len(got["deliveries"].([]any)) != 0 || got["nextPageToken"] != "" {
-		t.Errorf("deliveries: got %s, want none", r.body)
+	if got := r.JSON(t); len(got["deliveries"].([]any)) != 0 || got["nextPageToken"] != "" {
+		t.Errorf("deliveries: got %s, want none", r.Body)
 	}
 
 	r = e.do(t, http.MethodDelete, "/v1/webhookEndpoints/"+id, "")
 	wantCode(t, r, http.StatusOK)
-	if len(r.json(t)) != 0 {
-		t.Errorf("delete: got body %s, want {}", r.body)
+	if len(r.JSON(t)) != 0 {
+		t.Errorf("delete: got body %s, want {}", r.Body)
 	}
 	wantRESTError(t, e.do(t, http.MethodGet, "/v1/webhookEndpoints/"+id, ""), http.StatusNotFound, codes.NotFound, "")
 	wantRESTError(t, e.do(t, http.MethodDelete, "/v1/webhookEndpoints/"+id, ""), http.StatusNotFound, codes.NotFound, "")

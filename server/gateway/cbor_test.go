@@ -56,15 +56,15 @@ func (g *testGateway) cborDo(t *testing.T, method, path string, body any, header
 	return g.do(t, method, path, string(b), h...)
 }
 
-// cbor decodes a CBOR answer, checking its Content-Type.
-func (r response) cbor(t *testing.T) any {
+// cborOf decodes a CBOR answer, checking its Content-Type.
+func cborOf(t *testing.T, r response) any {
 	t.Helper()
-	if ct := r.header.Get("Content-Type"); ct != "application/cbor" {
-		t.Fatalf("Content-Type: got %q, want application/cbor; body %q", ct, r.body)
+	if ct := r.Header.Get("Content-Type"); ct != "application/cbor" {
+		t.Fatalf("Content-Type: got %q, want application/cbor; body %q", ct, r.Body)
 	}
 	var v any
-	if err := cborDecMode.Unmarshal(r.body, &v); err != nil {
-		t.Fatalf("body %x is not CBOR: %v", r.body, err)
+	if err := cborDecMode.Unmarshal(r.Body, &v); err != nil {
+		t.Fatalf("body %x is not CBOR: %v", r.Body, err)
 	}
 	return v
 }
@@ -119,21 +119,21 @@ func wantTimeTag(t *testing.T, name string, v any) time.Time {
 func (g *testGateway) cborSameAsJSON(t *testing.T, path string, wantCode int) any {
 	t.Helper()
 	c := g.cborDo(t, http.MethodGet, path, nil)
-	if c.code != wantCode {
-		t.Fatalf("CBOR GET %s: got HTTP %d, want %d; body %x", path, c.code, wantCode, c.body)
+	if c.Code != wantCode {
+		t.Fatalf("CBOR GET %s: got HTTP %d, want %d; body %x", path, c.Code, wantCode, c.Body)
 	}
-	if again := g.cborDo(t, http.MethodGet, path, nil); !bytes.Equal(c.body, again.body) {
-		t.Errorf("CBOR GET %s twice: different bytes\n%x\n%x", path, c.body, again.body)
+	if again := g.cborDo(t, http.MethodGet, path, nil); !bytes.Equal(c.Body, again.Body) {
+		t.Errorf("CBOR GET %s twice: different bytes\n%x\n%x", path, c.Body, again.Body)
 	}
 	j := g.do(t, http.MethodGet, path, "")
-	if j.code != wantCode {
-		t.Fatalf("JSON GET %s: got HTTP %d, want %d; body %s", path, j.code, wantCode, j.body)
+	if j.Code != wantCode {
+		t.Fatalf("JSON GET %s: got HTTP %d, want %d; body %s", path, j.Code, wantCode, j.Body)
 	}
-	got := view(t, c.cbor(t))
-	if diff := cmp.Diff(view(t, jsonValue(t, j.body)), got); diff != "" {
+	got := view(t, cborOf(t, c))
+	if diff := cmp.Diff(view(t, jsonValue(t, j.Body)), got); diff != "" {
 		t.Errorf("GET %s: CBOR and JSON differ (-json +cbor):\n%s", path, diff)
 	}
-	checkDiagnostic(t, c.body)
+	checkDiagnostic(t, c.Body)
 	return got
 }
 
@@ -177,8 +177,8 @@ func TestCBOROverEveryRPC(t *testing.T) {
 	// CreateAccount: the bare Account.
 	r := g.cborDo(t, http.MethodPost, "/v1/accounts", map[string]any{"username": "cbor.user", "password": "password1"})
 	wantCode(t, r, http.StatusOK)
-	checkDiagnostic(t, r.body)
-	account, _ := r.cbor(t).(map[string]any)
+	checkDiagnostic(t, r.Body)
+	account, _ := cborOf(t, r).(map[string]any)
 	id, _ := account["id"].(string)
 	if len(account) != 3 || len(id) != 36 || account["username"] != "cbor.user" ||
 		wantTimeTag(t, "createTime", account["createTime"]).Before(before) {
@@ -188,7 +188,7 @@ func TestCBOROverEveryRPC(t *testing.T) {
 	// Login: {"account": Account}.
 	r = g.cborDo(t, http.MethodPost, "/v1/accounts:login", map[string]any{"username": "cbor.user", "password": "password1"})
 	wantCode(t, r, http.StatusOK)
-	if diff := cmp.Diff(map[string]any{"account": account}, r.cbor(t)); diff != "" {
+	if diff := cmp.Diff(map[string]any{"account": account}, cborOf(t, r)); diff != "" {
 		t.Errorf("Login (-want +got):\n%s", diff)
 	}
 
@@ -199,7 +199,7 @@ func TestCBOROverEveryRPC(t *testing.T) {
 	// CreateSubscription: the bare Subscription, active, no cancelTime.
 	r = g.cborDo(t, http.MethodPost, "/v1/accounts/"+id+"/subscription", map[string]any{"plan": "pro"})
 	wantCode(t, r, http.StatusOK)
-	sub, _ := r.cbor(t).(map[string]any)
+	sub, _ := cborOf(t, r).(map[string]any)
 	subID, _ := sub["id"].(string)
 	if len(sub) != 5 || len(subID) != 36 || sub["accountId"] != id || sub["plan"] != "pro" ||
 		sub["status"] != "SUBSCRIPTION_STATUS_ACTIVE" || wantTimeTag(t, "createTime", sub["createTime"]).Before(before) {
@@ -212,7 +212,7 @@ func TestCBOROverEveryRPC(t *testing.T) {
 	// CancelSubscription, with no body at all: canceled, with cancelTime.
 	r = g.cborDo(t, http.MethodPost, "/v1/accounts/"+id+"/subscription:cancel", nil)
 	wantCode(t, r, http.StatusOK)
-	canceled, _ := r.cbor(t).(map[string]any)
+	canceled, _ := cborOf(t, r).(map[string]any)
 	cancelTime := wantTimeTag(t, "cancelTime", canceled["cancelTime"])
 	want := map[string]any{"cancelTime": cancelTime, "status": "SUBSCRIPTION_STATUS_CANCELED"}
 	for _, k := range []string{"id", "accountId", "plan", "createTime"} {
@@ -221,7 +221,7 @@ func TestCBOROverEveryRPC(t *testing.T) {
 	if diff := cmp.Diff(want, canceled); diff != "" {
 		t.Errorf("CancelSubscription (-want +got):\n%s", diff)
 	}
-	checkDiagnostic(t, r.body)
+	checkDiagnostic(t, r.Body)
 
 	// ListSubscriptions: one canceled and one active, in pages.
 	if _, err := g.sub.CreateSubscription(t.Context(), &shebav1.CreateSubscriptionRequest{AccountId: id, Plan: "basic"}); err != nil {
@@ -244,7 +244,7 @@ func TestCBOROverEveryRPC(t *testing.T) {
 	// Errors answer in CBOR too, with the JSON error's document.
 	r = g.cborDo(t, http.MethodPost, "/v1/accounts", map[string]any{"username": "NO!", "password": "password1"})
 	wantCode(t, r, http.StatusBadRequest)
-	st, _ := r.cbor(t).(map[string]any)
+	st, _ := cborOf(t, r).(map[string]any)
 	details, _ := st["details"].([]any)
 	detail, _ := func() (map[string]any, bool) {
 		// The ErrorInfo, then the BadRequest.
@@ -264,7 +264,7 @@ func TestCBOROverEveryRPC(t *testing.T) {
 		t.Errorf("invalid username in CBOR: violations %#v, want one of username", detail["fieldViolations"])
 	}
 	j := g.do(t, http.MethodPost, "/v1/accounts", `{"username":"NO!","password":"password1"}`)
-	if diff := cmp.Diff(view(t, jsonValue(t, j.body)), view(t, st)); diff != "" {
+	if diff := cmp.Diff(view(t, jsonValue(t, j.Body)), view(t, st)); diff != "" {
 		t.Errorf("invalid username: CBOR and JSON errors differ (-json +cbor):\n%s", diff)
 	}
 	nf, _ := g.cborSameAsJSON(t, "/v1/accounts/"+unknownID, 404).(map[string]any)
@@ -299,18 +299,18 @@ func TestCBORBadInput(t *testing.T) {
 		t.Run(test.name, func(t *testing.T) {
 			for _, accept := range []string{"application/cbor", "application/json"} {
 				r := g.do(t, http.MethodPost, "/v1/accounts", test.body, "Content-Type", test.contentType, "Accept", accept)
-				if r.code != test.httpCode {
-					t.Fatalf("Accept %s: got HTTP %d, want %d; body %q", accept, r.code, test.httpCode, r.body)
+				if r.Code != test.httpCode {
+					t.Fatalf("Accept %s: got HTTP %d, want %d; body %q", accept, r.Code, test.httpCode, r.Body)
 				}
 				var code any
 				if accept == "application/cbor" {
-					st, _ := r.cbor(t).(map[string]any)
+					st, _ := cborOf(t, r).(map[string]any)
 					code = st["code"]
 				} else {
-					code = uint64(r.status(t).GetCode())
+					code = uint64(r.Status(t).GetCode())
 				}
 				if code != uint64(codes.InvalidArgument) {
-					t.Errorf("Accept %s: got status code %v, want 3; body %q", accept, code, r.body)
+					t.Errorf("Accept %s: got status code %v, want 3; body %q", accept, code, r.Body)
 				}
 			}
 		})
@@ -323,10 +323,10 @@ func TestCBORBadInput(t *testing.T) {
 	for _, accept := range []string{"text/html", "text/html, application/xhtml+xml;q=0.9", "image/png"} {
 		r := g.do(t, http.MethodGet, "/v1/ping", "", "Accept", accept)
 		wantCode(t, r, http.StatusOK)
-		if ct := r.header.Get("Content-Type"); ct != "application/json" {
+		if ct := r.Header.Get("Content-Type"); ct != "application/json" {
 			t.Errorf("Accept %q: Content-Type %q, want application/json", accept, ct)
 		}
-		if diff := cmp.Diff(map[string]any{"message": "pong"}, jsonValue(t, r.body)); diff != "" {
+		if diff := cmp.Diff(map[string]any{"message": "pong"}, jsonValue(t, r.Body)); diff != "" {
 			t.Errorf("Accept %q (-want +got):\n%s", accept, diff)
 		}
 		r = g.do(t, http.MethodGet, "/v1/accounts/"+unknownID, "", "Accept", accept)
@@ -367,18 +367,18 @@ func TestCBORAcceptNegotiation(t *testing.T) {
 			{http.MethodPost, "/v1/accounts", asJSON, jsonBody, test.postJSON},
 		} {
 			r := g.do(t, c.method, c.path, c.body, "Content-Type", c.contentType, "Accept", test.accept)
-			if !slices.Contains(strings.Split(strings.ReplaceAll(strings.Join(r.header.Values("Vary"), ","), " ", ""), ","), "Accept") {
+			if !slices.Contains(strings.Split(strings.ReplaceAll(strings.Join(r.Header.Values("Vary"), ","), " ", ""), ","), "Accept") {
 				t.Errorf("%s %s: no Vary: Accept although the answer's type follows it", c.method, c.path)
 			}
-			if got := r.header.Get("Content-Type"); got != c.want {
+			if got := r.Header.Get("Content-Type"); got != c.want {
 				t.Errorf("%s %s (%s) with Accept %q: answered %q, want %q", c.method, c.path, c.contentType, test.accept, got, c.want)
 				continue
 			}
 			var doc any
 			if c.want == asCBOR {
-				doc = r.cbor(t)
+				doc = cborOf(t, r)
 			} else {
-				doc = jsonValue(t, r.body)
+				doc = jsonValue(t, r.Body)
 			}
 			if m, _ := doc.(map[string]any); (c.method == http.MethodGet) != (m["message"] == "pong") {
 				t.Errorf("%s %s with Accept %q: got %v", c.method, c.path, test.accept, doc)
@@ -406,8 +406,8 @@ func TestCBORRequestLimits(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := g.do(t, http.MethodPost, "/v1/accounts", string(cborBytes(t, tc.body)), "Content-Type", "application/cbor")
-			if r.code != http.StatusBadRequest || !bytes.Contains(r.body, []byte("exceeded max")) {
-				t.Errorf("got HTTP %d %q, want 400 naming the exceeded limit", r.code, r.body)
+			if r.Code != http.StatusBadRequest || !bytes.Contains(r.Body, []byte("exceeded max")) {
+				t.Errorf("got HTTP %d %q, want 400 naming the exceeded limit", r.Code, r.Body)
 			}
 		})
 	}

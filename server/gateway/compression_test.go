@@ -89,13 +89,13 @@ func TestRESTCompression(t *testing.T) {
 	// Accept-Encoding set by hand turns off the transport's own gzip.
 	plain := g.do(t, http.MethodGet, "/v1/subscriptions", "", "Accept-Encoding", "identity")
 	wantCode(t, plain, http.StatusOK)
-	if ce := plain.header.Get("Content-Encoding"); ce != "" {
+	if ce := plain.Header.Get("Content-Encoding"); ce != "" {
 		t.Fatalf("identity asked, got Content-Encoding %q", ce)
 	}
-	if len(plain.body) < 1024 {
-		t.Fatalf("list answer is %d bytes, want at least compression.min_bytes (1024)", len(plain.body))
+	if len(plain.Body) < 1024 {
+		t.Fatalf("list answer is %d bytes, want at least compression.min_bytes (1024)", len(plain.Body))
 	}
-	want := jsonValue(t, plain.body)
+	want := jsonValue(t, plain.Body)
 
 	t.Run("responses", func(t *testing.T) {
 		for _, test := range []struct {
@@ -108,17 +108,17 @@ func TestRESTCompression(t *testing.T) {
 		} {
 			r := g.do(t, http.MethodGet, "/v1/subscriptions", "", "Accept-Encoding", test.accept)
 			wantCode(t, r, http.StatusOK)
-			if got := r.header.Get("Content-Encoding"); got != test.want {
+			if got := r.Header.Get("Content-Encoding"); got != test.want {
 				t.Errorf("Accept-Encoding %q: got Content-Encoding %q, want %q", test.accept, got, test.want)
 				continue
 			}
-			if !strings.Contains(strings.ToLower(strings.Join(r.header.Values("Vary"), ",")), "accept-encoding") {
-				t.Errorf("Accept-Encoding %q: Vary %q lacks Accept-Encoding", test.accept, r.header.Values("Vary"))
+			if !strings.Contains(strings.ToLower(strings.Join(r.Header.Values("Vary"), ",")), "accept-encoding") {
+				t.Errorf("Accept-Encoding %q: Vary %q lacks Accept-Encoding", test.accept, r.Header.Values("Vary"))
 			}
-			if len(r.body) >= len(plain.body) {
-				t.Errorf("Accept-Encoding %q: %d bytes compressed, %d plain", test.accept, len(r.body), len(plain.body))
+			if len(r.Body) >= len(plain.Body) {
+				t.Errorf("Accept-Encoding %q: %d bytes compressed, %d plain", test.accept, len(r.Body), len(plain.Body))
 			}
-			got := decompress(t, test.want, r.body)
+			got := decompress(t, test.want, r.Body)
 			if diff := cmp.Diff(want, jsonValue(t, got)); diff != "" {
 				t.Errorf("Accept-Encoding %q: decompressed answer differs (-plain +decompressed):\n%s", test.accept, diff)
 			}
@@ -128,15 +128,15 @@ func TestRESTCompression(t *testing.T) {
 	t.Run("small and operator answers", func(t *testing.T) {
 		for _, path := range []string{"/v1/ping", "/readyz", "/livez"} {
 			r := g.do(t, http.MethodGet, path, "", "Accept-Encoding", "gzip, zstd")
-			if r.code/100 != 2 {
-				t.Errorf("GET %s: got %d", path, r.code)
+			if r.Code/100 != 2 {
+				t.Errorf("GET %s: got %d", path, r.Code)
 			}
-			if ce := r.header.Get("Content-Encoding"); ce != "" {
+			if ce := r.Header.Get("Content-Encoding"); ce != "" {
 				t.Errorf("GET %s: got Content-Encoding %q, want none", path, ce)
 			}
 		}
 		r := g.do(t, http.MethodGet, "/v1/ping", "", "Accept-Encoding", "gzip, zstd")
-		if diff := cmp.Diff(map[string]any{"message": "pong"}, jsonValue(t, r.body)); diff != "" {
+		if diff := cmp.Diff(map[string]any{"message": "pong"}, jsonValue(t, r.Body)); diff != "" {
 			t.Errorf("GET /v1/ping (-want +got):\n%s", diff)
 		}
 	})
@@ -147,7 +147,7 @@ func TestRESTCompression(t *testing.T) {
 			body := encode(t, []byte(`{"username":"`+name+`","password":"password1"}`))
 			r := g.do(t, http.MethodPost, "/v1/accounts", string(body), "Content-Encoding", coding)
 			wantCode(t, r, http.StatusOK)
-			if got, _ := jsonValue(t, r.body).(map[string]any); got["username"] != name {
+			if got, _ := jsonValue(t, r.Body).(map[string]any); got["username"] != name {
 				t.Errorf("%s body: got %v, want username %s", coding, got, name)
 			}
 		}
@@ -172,11 +172,11 @@ func TestRESTCompression(t *testing.T) {
 			{"gzip bomb", "gzip", gzipBytes(t, make([]byte, 64<<20)), 413, codes.ResourceExhausted},
 		} {
 			r := g.do(t, http.MethodPost, "/v1/accounts", string(test.body), "Content-Encoding", test.coding)
-			if r.code != test.httpCode {
-				t.Errorf("%s: got HTTP %d, want %d; body %s", test.name, r.code, test.httpCode, r.body)
+			if r.Code != test.httpCode {
+				t.Errorf("%s: got HTTP %d, want %d; body %s", test.name, r.Code, test.httpCode, r.Body)
 				continue
 			}
-			if st := r.status(t); codes.Code(st.GetCode()) != test.code {
+			if st := r.Status(t); codes.Code(st.GetCode()) != test.code {
 				t.Errorf("%s: got status code %v, want %v", test.name, codes.Code(st.GetCode()), test.code)
 			}
 		}
@@ -190,7 +190,7 @@ func TestRESTCompression(t *testing.T) {
 // one byte above its size and one at its size.
 func TestRESTCompressionMinBytes(t *testing.T) {
 	t.Parallel()
-	size := len(newTestGateway(t).do(t, http.MethodGet, "/v1/ping", "", "Accept-Encoding", "identity").body)
+	size := len(newTestGateway(t).do(t, http.MethodGet, "/v1/ping", "", "Accept-Encoding", "identity").Body)
 	for _, test := range []struct {
 		minBytes   int
 		compressed bool
@@ -204,12 +204,12 @@ func TestRESTCompressionMinBytes(t *testing.T) {
 			for _, coding := range []string{"gzip", "zstd"} {
 				r := g.do(t, http.MethodGet, "/v1/ping", "", "Accept-Encoding", coding)
 				wantCode(t, r, http.StatusOK)
-				got := r.header.Get("Content-Encoding")
+				got := r.Header.Get("Content-Encoding")
 				if test.compressed != (got == coding) || (!test.compressed && got != "") {
 					t.Errorf("%d-byte answer at min_bytes %d, %s accepted: Content-Encoding %q", size, test.minBytes, coding, got)
 					continue
 				}
-				body := r.body
+				body := r.Body
 				if test.compressed {
 					body = decompress(t, coding, body)
 				}

@@ -2,22 +2,20 @@ package gateway_test
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/shebasvc/sheba/config"
+	"github.com/shebasvc/sheba/e2e/resttest"
 	"github.com/shebasvc/sheba/e2e/shebaproc"
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/server"
@@ -127,85 +125,41 @@ func (g *testGateway) count(t *testing.T, query string) int {
 }
 
 // response is an answer as the client got it.
-type response struct {
-	code   int
-	header http.Header
-	body   []byte
-}
+type response = resttest.Response
 
 // do sends a request with body (none if "") of type application/json, and
 // header, name and value pairs set on top; an empty value leaves the header
 // out.
 func (g *testGateway) do(t testing.TB, method, path, body string, header ...string) response {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), method, g.url+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatalf("request: %v", err)
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for i := 0; i+1 < len(header); i += 2 {
-		if header[i+1] == "" {
-			req.Header.Del(header[i])
-		} else {
-			req.Header.Set(header[i], header[i+1])
-		}
-	}
-	return g.send(t, req)
+	return g.rest().Do(t, method, path, body, header...)
 }
 
 // send sends req and reads the whole answer.
 func (g *testGateway) send(t testing.TB, req *http.Request) response {
 	t.Helper()
-	resp, err := g.client.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", req.Method, req.URL.Path, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("%s %s: read body: %v", req.Method, req.URL.Path, err)
-	}
-	return response{code: resp.StatusCode, header: resp.Header, body: body}
+	return g.rest().Send(t, req)
+}
+
+func (g *testGateway) rest() resttest.Client {
+	return resttest.Client{BaseURL: g.url, HTTP: g.client}
 }
 
 // wantCode checks the HTTP status code.
 func wantCode(t *testing.T, r response, want int) {
 	t.Helper()
-	if r.code != want {
-		t.Fatalf("got HTTP %d, want %d; body %s", r.code, want, r.body)
-	}
+	resttest.WantCode(t, r, want)
 }
 
 // jsonValue decodes a JSON document of any shape.
 func jsonValue(t *testing.T, b []byte) any {
 	t.Helper()
-	var v any
-	if err := json.Unmarshal(b, &v); err != nil {
-		t.Fatalf("body %q is not JSON: %v", b, err)
-	}
-	return v
-}
-
-// status decodes a google.rpc.Status in JSON.
-func (r response) status(t *testing.T) *spb.Status {
-	t.Helper()
-	var st spb.Status
-	if err := protojson.Unmarshal(r.body, &st); err != nil {
-		t.Fatalf("body %q is not a google.rpc.Status: %v", r.body, err)
-	}
-	return &st
+	return resttest.JSONValue(t, b)
 }
 
 // wantError checks an error answer, its HTTP code and the code of its
 // google.rpc.Status, which it returns.
 func wantError(t *testing.T, r response, httpCode int, code codes.Code) *spb.Status {
 	t.Helper()
-	wantCode(t, r, httpCode)
-	st := r.status(t)
-	if got := codes.Code(st.GetCode()); got != code {
-		t.Fatalf("got status code %v, want %v; body %s", got, code, r.body)
-	}
-	return st
+	return resttest.WantError(t, r, httpCode, code, "")
 }

@@ -37,7 +37,7 @@ func TestRoutingErrors(t *testing.T) {
 		t.Run(test.name, func(t *testing.T) {
 			r := g.do(t, test.method, test.path, "")
 			wantError(t, r, test.httpCode, test.code)
-			if got := r.header.Get("Allow"); got != test.allow {
+			if got := r.Header.Get("Allow"); got != test.allow {
 				t.Errorf("Allow: got %q, want %q", got, test.allow)
 			}
 		})
@@ -123,10 +123,10 @@ func TestInternalErrorSaysNothingMore(t *testing.T) {
 	r := g.do(t, http.MethodGet, "/v1/accounts/"+unknownID, "")
 	st := wantError(t, r, http.StatusInternalServerError, codes.Internal)
 	if st.GetMessage() != "internal error" || len(st.GetDetails()) != 1 || reason.Of(status.FromProto(st)) != reason.Internal {
-		t.Errorf("got %s, want only \"internal error\" and the ErrorInfo INTERNAL", r.body)
+		t.Errorf("got %s, want only \"internal error\" and the ErrorInfo INTERNAL", r.Body)
 	}
-	if strings.Contains(string(r.body), "accounts") || strings.Contains(string(r.body), "SQLSTATE") {
-		t.Errorf("body %s leaks database detail", r.body)
+	if strings.Contains(string(r.Body), "accounts") || strings.Contains(string(r.Body), "SQLSTATE") {
+		t.Errorf("body %s leaks database detail", r.Body)
 	}
 	// The detail is in the log, for the operator.
 	if !strings.Contains(g.logs.String(), "42P01") {
@@ -142,25 +142,25 @@ func TestOperatorEndpoints(t *testing.T) {
 	g := newTestGateway(t)
 
 	r := g.do(t, http.MethodGet, "/livez", "")
-	if r.code != http.StatusNoContent || len(r.body) != 0 {
-		t.Errorf("GET /livez: got %d %q, want 204 and no body", r.code, r.body)
+	if r.Code != http.StatusNoContent || len(r.Body) != 0 {
+		t.Errorf("GET /livez: got %d %q, want 204 and no body", r.Code, r.Body)
 	}
 
 	r = g.do(t, http.MethodGet, "/readyz", "")
 	wantCode(t, r, http.StatusOK)
-	if diff := cmp.Diff(map[string]any{"status": "ok"}, jsonValue(t, r.body)); diff != "" {
+	if diff := cmp.Diff(map[string]any{"status": "ok"}, jsonValue(t, r.Body)); diff != "" {
 		t.Errorf("GET /readyz body (-want +got):\n%s", diff)
 	}
 
 	r = g.do(t, http.MethodGet, "/metrics", "")
 	wantCode(t, r, http.StatusOK)
-	if string(r.body) != "# metrics\n" {
-		t.Errorf("GET /metrics: got %q, want the Operator's Metrics answer", r.body)
+	if string(r.Body) != "# metrics\n" {
+		t.Errorf("GET /metrics: got %q, want the Operator's Metrics answer", r.Body)
 	}
 
 	r = g.do(t, http.MethodGet, "/openapi.json", "")
 	wantCode(t, r, http.StatusOK)
-	if string(r.body) != openapiv2.Document {
+	if string(r.Body) != openapiv2.Document {
 		t.Errorf("GET /openapi.json does not serve the generated document")
 	}
 }

@@ -1,0 +1,150 @@
+// Package resttest is the REST client of sheba's tests: a request with a
+// JSON body and headers, the whole answer read, and the checks of status
+// codes and google.rpc.Status bodies that the system tests (e2e) and the
+// gateway's own tests (server/gateway) make alike.
+package resttest
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// Client sends requests to BaseURL with HTTP (http.DefaultClient when
+// nil), each with Header set first.
+type Client struct {
+	BaseURL string
+	HTTP    *http.Client
+	Header  http.Header
+}
+
+// Response is an answer as the client got it, its body read whole.
+type Response struct {
+	Code   int
+	Header http.Header
+	Body   []byte
+}
+
+// Do sends a request with body (none if "") of type application/json.
+// header holds name, value pairs set on top of c.Header; an empty value
+// removes the header.
+func (c Client) Do(t testing.TB, method, path, body string, header ...string) Response {
+	t.Helper()
+	var r io.Reader
+	if body != "" {
+		r = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), method, c.BaseURL+path, r)
+	if err != nil {
+		t.Fatalf("request: %v", err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range c.Header {
+		req.Header[k] = v
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		if header[i+1] == "" {
+			req.Header.Del(header[i])
+			continue
+		}
+		req.Header.Set(header[i], header[i+1])
+	}
+	return c.Send(t, req)
+}
+
+// Send sends req and reads the whole answer.
+func (c Client) Send(t testing.TB, req *http.Request) Response {
+	t.Helper()
+	client := c.HTTP
+	if client == nil {
+		client = http.DefaultClient
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", req.Method, req.URL.Path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: read body: %v", req.Method, req.URL.Path, err)
+	}
+	return Response{Code: resp.StatusCode, Header: resp.Header, Body: b}
+}
+
+// JSON decodes the body, a JSON object, into a generic map.
+func (r Response) JSON(t testing.TB) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(r.Body, &m); err != nil {
+		t.Fatalf("body %q is not a JSON object: %v", r.Body, err)
+	}
+	return m
+}
+
+// Status decodes a google.rpc.Status body in JSON.
+func (r Response) Status(t testing.TB) *spb.Status {
+	t.Helper()
+	var st spb.Status
+	if err := protojson.Unmarshal(r.Body, &st); err != nil {
+		t.Fatalf("body %q is not a google.rpc.Status: %v", r.Body, err)
+	}
+	return &st
+}
+
+// JSONValue decodes a JSON document of any shape.
+func JSONValue(t testing.TB, b []byte) any {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatalf("body %q is not JSON: %v", b, err)
+	}
+	return v
+}
+
+// WantCode checks the HTTP status code.
+func WantCode(t testing.TB, r Response, want int) {
+	t.Helper()
+	if r.Code != want {
+		t.Fatalf("got HTTP %d, want %d; body %s", r.Code, want, r.Body)
+	}
+}
+
+// WantError checks an error answer: its HTTP code, the code of its
+// google.rpc.Status and, if field is not empty, a BadRequest violation of
+// that field. It returns the status.
+func WantError(t testing.TB, r Response, httpCode int, code codes.Code, field string) *spb.Status {
+	t.Helper()
+	WantCode(t, r, httpCode)
+	st := r.Status(t)
+	if got := codes.Code(st.GetCode()); got != code {
+		t.Fatalf("got status code %v, want %v; body %s", got, code, r.Body)
+	}
+	if field != "" && !HasViolation(status.FromProto(st), field) {
+		t.Fatalf("no field violation for %q in %s", field, r.Body)
+	}
+	return st
+}
+
+// HasViolation reports whether st carries a BadRequest violation of field.
+func HasViolation(st *status.Status, field string) bool {
+	for _, d := range st.Details() {
+		if br, ok := d.(*errdetails.BadRequest); ok {
+			for _, v := range br.GetFieldViolations() {
+				if v.GetField() == field {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}

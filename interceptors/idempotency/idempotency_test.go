@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"slices"
 	"strings"
@@ -19,7 +18,6 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -160,22 +158,8 @@ func (e *env) serve(t *testing.T, inner ...grpc.UnaryServerInterceptor) shebav1.
 		e.runs.Add(1)
 		return handler(ctx, req)
 	}
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(append([]grpc.UnaryServerInterceptor{e.interceptor, counted}, inner...)...))
-	services.Register(srv)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	go func() { _ = srv.Serve(lis) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatalf("client: %v", err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		srv.Stop()
-	})
-	return shebav1.NewSubscriptionServiceClient(conn)
+	chain := grpc.ChainUnaryInterceptor(append([]grpc.UnaryServerInterceptor{e.interceptor, counted}, inner...)...)
+	return shebav1.NewSubscriptionServiceClient(interceptortest.ServeServices(t, []grpc.ServerOption{chain}, services.Register))
 }
 
 // as returns ctx sending caller as the caller of serve's interceptor, and

@@ -36,12 +36,22 @@ func Serve(tb testing.TB, interceptor grpc.UnaryServerInterceptor, ping PingFunc
 // returns a client of it. Both are closed when the test ends.
 func ServeWith(tb testing.TB, opts []grpc.ServerOption, ping PingFunc) shebav1.PingServiceClient {
 	tb.Helper()
+	return shebav1.NewPingServiceClient(ServeServices(tb, opts, func(r grpc.ServiceRegistrar) {
+		shebav1.RegisterPingServiceServer(r, pingServer{f: ping})
+	}))
+}
+
+// ServeServices starts a grpc.Server with opts on 127.0.0.1, with the
+// services register puts on it, and returns a plaintext connection to it.
+// Both are closed when the test ends.
+func ServeServices(tb testing.TB, opts []grpc.ServerOption, register func(grpc.ServiceRegistrar)) *grpc.ClientConn {
+	tb.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatalf("listen: %v", err)
 	}
 	srv := grpc.NewServer(opts...)
-	shebav1.RegisterPingServiceServer(srv, pingServer{f: ping})
+	register(srv)
 	go func() { _ = srv.Serve(lis) }()
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -51,7 +61,7 @@ func ServeWith(tb testing.TB, opts []grpc.ServerOption, ping PingFunc) shebav1.P
 		conn.Close()
 		srv.Stop()
 	})
-	return shebav1.NewPingServiceClient(conn)
+	return conn
 }
 
 // Pong is a PingFunc that answers "pong".

@@ -9,11 +9,10 @@
 // right inside the request log; internal/app/chain.go) and outside recovery
 // and every rejecting interceptor, so every outcome is counted once,
 // rejections and recovered panics included, whichever transport the call
-// came by. They
-// read the caller id from callinfo after the call, so a call rejected before
-// authentication counts under api_key_id "none". Label values are bounded:
-// methods outside the served set count as "unknown", and a caller id exists
-// only for configured keys.
+// came by. They read the caller id from callinfo after the call, so a call
+// rejected before authentication counts under api_key_id "none". Label
+// values are bounded: methods outside the served set count as "unknown",
+// and a caller id exists only for configured keys.
 //
 // The interceptors return no codes of their own.
 package metrics

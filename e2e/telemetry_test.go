@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	dto "github.com/prometheus/client_model/go"
@@ -177,18 +178,21 @@ func TestTraces(t *testing.T) {
 			test.call("00-" + test.traceID + "-" + test.parent + "-01")
 			var server sdktrace.ReadOnlySpan
 			var inTrace []tracetest.SpanStub
-			for _, s := range exp.GetSpans() {
-				if s.SpanContext.TraceID().String() != test.traceID {
-					continue
+			// The gRPC server span ends in the stats handler after the
+			// answer has left, so the client may see the answer first.
+			waitFor(t, 5*time.Second, "the server span in trace "+test.traceID, func() bool {
+				server, inTrace = nil, nil
+				for _, s := range exp.GetSpans() {
+					if s.SpanContext.TraceID().String() != test.traceID {
+						continue
+					}
+					inTrace = append(inTrace, s)
+					if s.SpanKind == trace.SpanKindServer {
+						server = s.Snapshot()
+					}
 				}
-				inTrace = append(inTrace, s)
-				if s.SpanKind == trace.SpanKindServer {
-					server = s.Snapshot()
-				}
-			}
-			if server == nil {
-				t.Fatalf("no server span in trace %s among %d spans", test.traceID, len(inTrace))
-			}
+				return server != nil
+			})
 			if got := server.Parent().SpanID().String(); got != test.parent {
 				t.Errorf("server span %q: parent %s, want the caller's %s", server.Name(), got, test.parent)
 			}

@@ -160,8 +160,13 @@ func New(pool *pgxpool.Pool, st *store.Store, o Options) (*Runner, error) {
 	return r, nil
 }
 
+// maxAnswerHeaderBytes bounds the headers of an answer: a receiver that
+// sends more fails the attempt, which is retried.
+const maxAnswerHeaderBytes = 64 << 10
+
 // newHTTPClient returns the client of the attempts: no proxy, no redirects,
-// and unless allowed, no dialing of private addresses (checked after DNS).
+// answers' headers bounded, and unless allowed, no dialing of private
+// addresses (checked after DNS).
 func newHTTPClient(o Options) *http.Client {
 	dialer := &net.Dialer{Timeout: o.Timeout, KeepAlive: 30 * time.Second}
 	if !o.AllowPrivateNetworks {
@@ -170,13 +175,14 @@ func newHTTPClient(o Options) *http.Client {
 	return &http.Client{
 		Transport: &http.Transport{
 			// An environment proxy would dial for us, past the check.
-			Proxy:                 nil,
-			DialContext:           dialer.DialContext,
-			TLSHandshakeTimeout:   o.Timeout,
-			ResponseHeaderTimeout: o.Timeout,
-			MaxIdleConnsPerHost:   o.PerEndpointConcurrency,
-			IdleConnTimeout:       90 * time.Second,
-			ForceAttemptHTTP2:     true,
+			Proxy:                  nil,
+			DialContext:            dialer.DialContext,
+			TLSHandshakeTimeout:    o.Timeout,
+			ResponseHeaderTimeout:  o.Timeout,
+			MaxResponseHeaderBytes: maxAnswerHeaderBytes,
+			MaxIdleConnsPerHost:    o.PerEndpointConcurrency,
+			IdleConnTimeout:        90 * time.Second,
+			ForceAttemptHTTP2:      true,
 		},
 		// A 3xx is the receiver's answer, and a failure: following it could
 		// lead anywhere.

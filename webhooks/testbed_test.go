@@ -279,3 +279,23 @@ func (b *testbed) publishedJob(t *testing.T) *rivertype.JobRow {
 	t.Helper()
 	return rivertest.RequireInserted(t.Context(), t, riverpgxv5.New(b.pool), deliveryArgs{}, &rivertest.RequireInsertedOpts{Queue: queue}).JobRow
 }
+
+// firstRun is one event to one endpoint, its job worked once.
+type firstRun struct {
+	ep   store.WebhookEndpoint
+	w    *jobWorker
+	kind river.EventKind   // what River made of the run
+	job  *rivertype.JobRow // the job after it
+}
+
+// workOneEvent registers url for account.created, publishes one event of
+// it and works its job once, as River's first run of it does. The runner
+// must not be running.
+func (b *testbed) workOneEvent(t *testing.T, url string) firstRun {
+	t.Helper()
+	ep := b.endpoint(t, url, "account.created")
+	b.publish(t, "account.created", &shebav1.Account{Id: uuid.NewString(), Username: "ada"})
+	w := b.jobWorker(t)
+	kind, job := w.work(t, b.publishedJob(t))
+	return firstRun{ep: ep, w: w, kind: kind, job: job}
+}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertest"
+	"github.com/riverqueue/river/rivertype"
 
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/store"
@@ -238,6 +241,34 @@ func TestWorkerRetryAfter(t *testing.T) {
 				t.Errorf("got delivery %+v, want it succeeded at the second attempt", d)
 			}
 		})
+	}
+}
+
+// TestWorkerAnswerHeadersTooLarge answers 200 with 1 MiB of headers: an
+// answer whose headers exceed 64 KiB is a failure, recorded as one and
+// retried.
+func TestWorkerAnswerHeadersTooLarge(t *testing.T) {
+	t.Parallel()
+	b := newTestbed(t, nil)
+	rcv := webhookstest.NewReceiver(t, func(_ int, w http.ResponseWriter) int {
+		for i := range 16 {
+			w.Header().Set(fmt.Sprintf("X-Big-%d", i), strings.Repeat("a", 64<<10))
+		}
+		return http.StatusOK
+	})
+	run := b.workOneEvent(t, rcv.URL)
+	if run.kind != river.EventKindJobSnoozed {
+		t.Errorf("got %s, want %s: the attempt failed and is retried", run.kind, river.EventKindJobSnoozed)
+	}
+	d := b.deliveries(t, run.ep.ID)[0]
+	if d.State != store.DeliveryPending || d.Attempts != 1 || d.NextAttemptTime == nil {
+		t.Errorf("got delivery %+v, want it pending after 1 attempt, with a next attempt", d)
+	}
+	if !strings.Contains(d.LastError, "headers") || d.LastHTTPStatus != 0 {
+		t.Errorf("got last status %d, error %q, want no status and an error that says the headers are too large", d.LastHTTPStatus, d.LastError)
+	}
+	if run.job.State == rivertype.JobStateCompleted {
+		t.Errorf("River completed the job, want it scheduled again")
 	}
 }
 

@@ -140,17 +140,21 @@ func (r *Runner) send(ctx context.Context, a store.DeliveryAttempt) result {
 	}
 }
 
+// maxRetryAfter is the longest Retry-After honoured: a longer one counts
+// as this long.
+const maxRetryAfter = time.Hour
+
 // parseRetryAfter reads a Retry-After header, in seconds or as an HTTP
-// date; 0 if absent or unreadable.
+// date, up to maxRetryAfter; 0 if absent or unreadable.
 func parseRetryAfter(v string, now time.Time) time.Duration {
 	if v == "" {
 		return 0
 	}
 	if secs, err := strconv.ParseInt(v, 10, 64); err == nil && secs > 0 {
-		return time.Duration(min(secs, int64(24*time.Hour/time.Second))) * time.Second
+		return time.Duration(min(secs, int64(maxRetryAfter/time.Second))) * time.Second
 	}
 	if t, err := http.ParseTime(v); err == nil && t.After(now) {
-		return t.Sub(now)
+		return min(t.Sub(now), maxRetryAfter)
 	}
 	return 0
 }

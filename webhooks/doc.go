@@ -13,8 +13,8 @@
 // after DNS (package ssrf), its answer read to at most a few KiB of body and
 // 64 KiB of headers, redirects not followed. A 2xx ends the delivery, a 410
 // disables the endpoint, and anything else is retried after an exponential
-// backoff with full jitter (a longer Retry-After wins) until the attempts
-// run out.
+// backoff with full jitter (a longer Retry-After wins, up to an hour) until
+// the attempts run out.
 //
 // An endpoint that fails is not stampeded: a replica has at most
 // per_endpoint_concurrency attempts in flight to it, and the adaptive

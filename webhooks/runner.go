@@ -422,10 +422,8 @@ func (r *Runner) deliver(ctx context.Context, endpointID, eventID string) error 
 		out.State = store.DeliveryFailed
 	default:
 		out.State = store.DeliveryPending
-		snooze = fullJitter(r.backoffCeil(n))
-		if res.retryAfter > snooze {
-			snooze = min(res.retryAfter, r.o.BackoffMax)
-		}
+		// The receiver's Retry-After is a lower bound, backoff.max or not.
+		snooze = max(fullJitter(r.backoffCeil(n)), res.retryAfter)
 		if ctx.Err() != nil {
 			snooze = 0 // cut short by a stop: River retries it
 		}

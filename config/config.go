@@ -171,8 +171,8 @@ type Webhooks struct {
 	// PerEndpointConcurrency is the most attempts in flight to one endpoint
 	// from one replica.
 	PerEndpointConcurrency int `yaml:"per_endpoint_concurrency"`
-	// AllowPrivateNetworks lets endpoints point at loopback, private and
-	// link-local addresses (for development and tests).
+	// AllowPrivateNetworks lets endpoints point at addresses that are not
+	// public and at any port (for development and tests).
 	AllowPrivateNetworks bool `yaml:"allow_private_networks"`
 }
 

@@ -1,14 +1,20 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
 
 	"github.com/shebasvc/sheba/config"
+	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
+	"github.com/shebasvc/sheba/interceptors/reason"
+	"github.com/shebasvc/sheba/internal/app"
+	"github.com/shebasvc/sheba/webhooks/ssrf/ssrftest"
 )
 
 const otherKey, otherKeyID = "other-key-0123456789abcdefghijklmnopqrs", "other"
@@ -127,17 +133,88 @@ func TestWebhookEndpointBadInput(t *testing.T) {
 	wantRESTError(t, e.do(t, http.MethodGet, "/v1/webhookEndpoints?page_token=abc", ""), http.StatusBadRequest, codes.InvalidArgument, "page_token")
 }
 
-func TestWebhookEndpointPrivateTargetsRefused(t *testing.T) {
+// TestWebhookEndpointTargetsRefused registers, with
+// allow_private_networks false (the default), URLs whose target is not
+// public or whose port is not allowed, by address and by names that a
+// resolver of the test's answers: each is 400 WEBHOOK_URL_NOT_ALLOWED on
+// both transports, and the answer names no address. No events are made in
+// this server, so nothing is ever sent to a registered URL.
+func TestWebhookEndpointTargetsRefused(t *testing.T) {
 	t.Parallel()
-	e := newTestEnv(t) // allow_private_networks false, the default
-	for _, url := range []string{
-		"http://127.0.0.1:8080/hook",
-		"http://localhost/hook",
-		"http://10.0.0.1/hook",
-		"http://169.254.169.254/latest/meta-data",
-		"http://[::1]/hook",
+	resolver := ssrftest.Resolver(map[string][]netip.Addr{
+		"public.test": {netip.MustParseAddr("93.184.215.14")},
+		"mapped.test": {netip.MustParseAddr("::ffff:127.0.0.1")},
+		"rebind.test": {netip.MustParseAddr("10.0.0.1")},
+		"mixed.test":  {netip.MustParseAddr("93.184.215.14"), netip.MustParseAddr("192.168.1.1")},
+	})
+	e := newTestEnvWith(t, nil, []app.Option{app.WithWebhookResolver(resolver)})
+	c := shebav1.NewWebhookServiceClient(e.conn)
+	for _, test := range []struct {
+		url  string
+		addr string // the address the answer must not name, if any
+	}{
+		{"http://127.0.0.1:8080/hook", "127.0.0.1"},
+		{"http://10.0.0.1/hook", "10.0.0.1"},
+		{"http://169.254.169.254/latest/meta-data", "169.254.169.254"},
+		{"http://[::1]/hook", "::1"},
+		{"http://[::127.0.0.1]/hook", "127.0.0.1"},
+		{"http://[::ffff:127.0.0.1]/hook", "127.0.0.1"},
+		{"http://[2002:7f00:1::]/hook", "2002:7f00:1::"},
+		{"http://[64:ff9b:1::a00:1]/hook", "64:ff9b:1::a00:1"},
+		{"http://[64:ff9b::a00:1]/hook", "64:ff9b::a00:1"},
+		{"http://[2001:db8::1]/hook", "2001:db8::1"},
+		{"http://[2001::1]/hook", "2001::1"},
+		{"http://[fd00:ec2::254]/latest/meta-data", "fd00:ec2::254"},
+		{"http://[fe80::1]/hook", "fe80::1"},
+		{"http://168.63.129.16/hook", "168.63.129.16"},
+		{"http://192.0.2.1/hook", "192.0.2.1"},
+		{"http://198.51.100.1/hook", "198.51.100.1"},
+		{"http://203.0.113.1/hook", "203.0.113.1"},
+		{"http://192.88.99.1/hook", "192.88.99.1"},
+		{"http://100.64.0.1/hook", "100.64.0.1"},
+		{"http://8.8.8.8:25/", "8.8.8.8"},
+		{"https://8.8.8.8:22/", "8.8.8.8"},
+		{"http://8.8.8.8:1023/", "8.8.8.8"},
+		{"http://8.8.8.8:0/", "8.8.8.8"},
+		// localhost resolves from /etc/hosts.
+		{"http://localhost:8080/hook", "127.0.0.1"},
+		{"http://mapped.test:8080/hook", "127.0.0.1"},
+		{"http://rebind.test/hook", "10.0.0.1"},
+		{"http://mixed.test/hook", "192.168.1.1"},
+		{"http://missing.test/hook", ""},
+		{"http://public.test:9/hook", "93.184.215.14"},
 	} {
-		r := e.do(t, http.MethodPost, "/v1/webhookEndpoints", `{"url":"`+url+`","eventTypes":["account.created"]}`)
-		wantRESTError(t, r, http.StatusBadRequest, codes.InvalidArgument, "url")
+		t.Run(test.url, func(t *testing.T) {
+			body, _ := json.Marshal(map[string]any{"url": test.url, "eventTypes": []string{"account.created"}})
+			r := e.do(t, http.MethodPost, "/v1/webhookEndpoints", string(body))
+			wantRESTError(t, r, http.StatusBadRequest, codes.InvalidArgument, "url")
+			wantRESTDetails(t, "REST", r, http.StatusBadRequest, reason.WebhookURLNotAllowed)
+			if test.addr != "" && strings.Contains(string(r.Body), test.addr) {
+				t.Errorf("REST: the answer %s names %s", r.Body, test.addr)
+			}
+			_, err := c.CreateWebhookEndpoint(t.Context(), &shebav1.CreateWebhookEndpointRequest{Url: test.url, EventTypes: []string{"account.created"}})
+			st := wantGRPCDetails(t, "gRPC", err, nil, codes.InvalidArgument, reason.WebhookURLNotAllowed)
+			if !hasViolation(st, "url") {
+				t.Errorf("gRPC: no field violation for url in %v", st.Details())
+			}
+			if test.addr != "" && strings.Contains(fmt.Sprint(st.Proto()), test.addr) {
+				t.Errorf("gRPC: the answer %v names %s", st.Proto(), test.addr)
+			}
+		})
+	}
+	// Public targets on allowed ports register.
+	for _, url := range []string{
+		"https://93.184.215.14/hook",
+		"http://8.8.8.8:80/hook",
+		"http://8.8.8.8:1024/hook",
+		"http://[2606:4700:4700::1111]:65535/hook",
+		"http://[::ffff:8.8.8.8]:8080/hook",
+		"https://public.test/hook",
+	} {
+		body, _ := json.Marshal(map[string]any{"url": url, "eventTypes": []string{"account.created"}})
+		wantCode(t, e.do(t, http.MethodPost, "/v1/webhookEndpoints", string(body)), http.StatusOK)
+	}
+	if n := e.count(t, `SELECT count(*) FROM webhook_events`); n != 0 {
+		t.Errorf("got %d events, want none: nothing may be sent to these URLs", n)
 	}
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"log/slog"
+	"net"
 
 	"google.golang.org/grpc"
 
@@ -17,9 +18,12 @@ type Options struct {
 	// Events announces account and subscription changes to webhook
 	// endpoints, in the transaction of each change. Nil announces nothing.
 	Events Publisher
-	// AllowPrivateWebhooks lets webhook endpoints point at loopback,
-	// private and link-local addresses (webhooks.allow_private_networks).
+	// AllowPrivateWebhooks lets webhook endpoints point at addresses that
+	// are not public and at any port (webhooks.allow_private_networks).
 	AllowPrivateWebhooks bool
+	// WebhookResolver looks up the hosts of webhook URLs at registration
+	// (nil: net.DefaultResolver); tests answer names with their own.
+	WebhookResolver *net.Resolver
 	// PageTokenKey is the HMAC-SHA256 key of page tokens, at least 32
 	// bytes and the same on every replica; empty means a random key, so
 	// tokens work only on this process.
@@ -58,7 +62,7 @@ func New(st *store.Store, opts Options) (*Services, error) {
 	return &Services{
 		account:      &accountServer{store: st, hasher: hasher, errs: errs, events: events},
 		subscription: &subscriptionServer{store: st, errs: errs, events: events, tokens: tokens},
-		webhook:      &webhookServer{store: st, errs: errs, allowPrivate: opts.AllowPrivateWebhooks, tokens: tokens},
+		webhook:      &webhookServer{store: st, errs: errs, allowPrivate: opts.AllowPrivateWebhooks, tokens: tokens, resolver: opts.WebhookResolver},
 	}, nil
 }
 

@@ -37,12 +37,16 @@ func (v *violations) add(field, description string) {
 // err returns nil when there are no violations, else an InvalidArgument status
 // whose message names the first one and whose details are the ErrorInfo
 // (INVALID_ARGUMENT) and a BadRequest listing them all.
-func (v violations) err() error {
+func (v violations) err() error { return v.errAs(reason.InvalidArgument) }
+
+// errAs is err with reason r in the ErrorInfo, for a rule that has a
+// reason of its own (docs/api.md#reasons).
+func (v violations) errAs(r string) error {
 	if len(v) == 0 {
 		return nil
 	}
 	msg := fmt.Sprintf("invalid %s: %s", v[0].Field, v[0].Description)
-	return reason.Error(codes.InvalidArgument, reason.InvalidArgument, msg, &errdetails.BadRequest{FieldViolations: v})
+	return reason.Error(codes.InvalidArgument, r, msg, &errdetails.BadRequest{FieldViolations: v})
 }
 
 func (v *violations) checkUsername(field, username string) {

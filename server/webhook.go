@@ -6,6 +6,8 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"slices"
 
 	"google.golang.org/grpc/codes"
@@ -54,6 +56,7 @@ type webhookServer struct {
 	errs         errorMapper
 	allowPrivate bool
 	tokens       pageTokens
+	resolver     *net.Resolver
 }
 
 var errEndpointNotFound = reason.OutcomeNotFound.Error("webhook endpoint not found")
@@ -72,20 +75,33 @@ func owner(ctx context.Context) (string, error) {
 }
 
 // CreateWebhookEndpoint registers an endpoint. Codes: InvalidArgument (also
-// for a URL the caller already registered), Unauthenticated.
+// for a URL the caller already registered; reason WEBHOOK_URL_NOT_ALLOWED
+// for a target that is not public), Unauthenticated.
 func (s *webhookServer) CreateWebhookEndpoint(ctx context.Context, req *shebav1.CreateWebhookEndpointRequest) (*shebav1.CreateWebhookEndpointResponse, error) {
 	who, err := owner(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var v violations
-	s.checkURL(ctx, &v, "url", req.GetUrl())
+	u := checkURL(&v, "url", req.GetUrl())
 	types := checkEventTypes(&v, "event_types", req.GetEventTypes())
 	if n := len(req.GetDescription()); n > maxWebhookDescriptionBytes {
 		v.add("description", fmt.Sprintf("must be at most %d bytes, got %d", maxWebhookDescriptionBytes, n))
 	}
 	if err := v.err(); err != nil {
 		return nil, err
+	}
+	// The target is checked once the request is valid: it may take a
+	// DNS lookup.
+	if !s.allowPrivate {
+		err := ssrf.CheckTarget(ctx, u, s.resolver)
+		if errors.Is(err, ssrf.ErrNotAllowed) {
+			v.add("url", err.Error())
+			return nil, v.errAs(reason.WebhookURLNotAllowed)
+		}
+		if err != nil {
+			return nil, s.errs.toStatus(ctx, "check webhook target", err, reason.Own{})
+		}
 	}
 	secret, err := newWebhookSecret()
 	if err != nil {
@@ -207,20 +223,23 @@ func (s *webhookServer) ListWebhookDeliveries(ctx context.Context, req *shebav1.
 	return resp, nil
 }
 
-// checkURL applies the URL rules of docs/webhooks.md, the network check
-// included (it resolves the host).
-func (s *webhookServer) checkURL(ctx context.Context, v *violations, field, url string) {
-	if url == "" {
+// checkURL applies the syntax rules of docs/webhooks.md to raw and returns
+// it parsed (nil if it breaks one). Whether its target is allowed is
+// ssrf.CheckTarget's to say.
+func checkURL(v *violations, field, raw string) *url.URL {
+	if raw == "" {
 		v.add(field, "must be set")
-		return
+		return nil
 	}
-	if len(url) > maxWebhookURLBytes {
-		v.add(field, fmt.Sprintf("must be at most %d bytes, got %d", maxWebhookURLBytes, len(url)))
-		return
+	if len(raw) > maxWebhookURLBytes {
+		v.add(field, fmt.Sprintf("must be at most %d bytes, got %d", maxWebhookURLBytes, len(raw)))
+		return nil
 	}
-	if err := ssrf.CheckURL(ctx, url, s.allowPrivate, nil); err != nil {
+	u, err := ssrf.ParseURL(raw)
+	if err != nil {
 		v.add(field, err.Error())
 	}
+	return u
 }
 
 // checkEventTypes checks that types holds at least one known type, none

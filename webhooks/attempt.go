@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -47,28 +49,54 @@ func (r result) result() string {
 		return "gone"
 	case r.status != 0:
 		return "http_error"
-	case errors.Is(r.err, context.DeadlineExceeded):
+	case timedOut(r.err):
 		return "timeout"
 	default:
 		return "network_error"
 	}
 }
 
-// errText is what the delivery shows as its last error.
+// errText is what the delivery shows as its last error. It names no
+// address (docs/webhooks.md#private-networks): the errors of the network
+// name the address dialed, and that of the DNS server.
 func (r result) errText() string {
 	switch {
 	case r.status >= 200 && r.status < 300:
 		return ""
 	case r.status != 0:
 		return fmt.Sprintf("HTTP %d %s", r.status, http.StatusText(r.status))
-	case errors.Is(r.err, context.DeadlineExceeded):
+	case r.err == nil:
+		return ""
+	case timedOut(r.err):
 		return "timeout: no answer within webhooks.timeout"
-	case errors.Is(r.err, ssrf.ErrPrivate):
-		return "refused: the endpoint resolves to a private address"
-	case r.err != nil:
-		return r.err.Error()
+	case errors.Is(r.err, ssrf.ErrNotAllowed):
+		return "refused: the host resolves to an address that is not public, or the port is not allowed"
 	}
-	return ""
+	if e, ok := errors.AsType[*net.DNSError](r.err); ok {
+		return "cannot resolve the host: " + e.Err
+	}
+	if e, ok := errors.AsType[*net.AddrError](r.err); ok {
+		return e.Err
+	}
+	if e, ok := errors.AsType[*net.OpError](r.err); ok {
+		return e.Err.Error() // "connect: connection refused"
+	}
+	// What the HTTP client says of the answer ("server response headers
+	// exceeded 65536 bytes"), without the URL the endpoint shows already.
+	if e, ok := errors.AsType[*url.Error](r.err); ok {
+		return e.Err.Error()
+	}
+	return r.err.Error()
+}
+
+// timedOut reports whether err is the end of the attempt's time: its
+// context's deadline, or a network timeout.
+func timedOut(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	ne, ok := errors.AsType[net.Error](err)
+	return ok && ne.Timeout()
 }
 
 // attempt sends attempt n of the delivery a, in a span linked to the

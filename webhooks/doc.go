@@ -14,7 +14,7 @@
 // 64 KiB of headers, redirects not followed. A 2xx ends the delivery, a 410
 // disables the endpoint, and anything else is retried after an exponential
 // backoff with full jitter (a longer Retry-After wins, up to an hour) until
-// the attempts run out.
+// the attempts run out. The errors recorded name no address.
 //
 // An endpoint that fails is not stampeded: a replica has at most
 // per_endpoint_concurrency attempts in flight to it, and the adaptive

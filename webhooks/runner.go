@@ -47,9 +47,13 @@ type Options struct {
 	// PerEndpointConcurrency caps the attempts in flight to one endpoint
 	// (webhooks.per_endpoint_concurrency).
 	PerEndpointConcurrency int
-	// AllowPrivateNetworks lets attempts dial loopback, private and
-	// link-local addresses (webhooks.allow_private_networks).
+	// AllowPrivateNetworks lets attempts dial addresses that are not
+	// public and ports other than 80, 443 and 1024-65535
+	// (webhooks.allow_private_networks).
 	AllowPrivateNetworks bool
+	// Resolver looks up the hosts of endpoints (nil: net.DefaultResolver);
+	// tests answer names with their own.
+	Resolver *net.Resolver
 
 	// Workers is the number of jobs this replica works at once (default 50).
 	Workers int
@@ -165,10 +169,10 @@ func New(pool *pgxpool.Pool, st *store.Store, o Options) (*Runner, error) {
 const maxAnswerHeaderBytes = 64 << 10
 
 // newHTTPClient returns the client of the attempts: no proxy, no redirects,
-// answers' headers bounded, and unless allowed, no dialing of private
-// addresses (checked after DNS).
+// answers' headers bounded, and unless allowed, no dialing of targets that
+// are not public (checked after DNS).
 func newHTTPClient(o Options) *http.Client {
-	dialer := &net.Dialer{Timeout: o.Timeout, KeepAlive: 30 * time.Second}
+	dialer := &net.Dialer{Timeout: o.Timeout, KeepAlive: 30 * time.Second, Resolver: o.Resolver}
 	if !o.AllowPrivateNetworks {
 		dialer.Control = ssrf.Control
 	}

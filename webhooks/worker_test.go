@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +22,7 @@ import (
 
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/store"
+	"github.com/shebasvc/sheba/webhooks/ssrf/ssrftest"
 	"github.com/shebasvc/sheba/webhooks/webhookstest"
 )
 
@@ -270,6 +273,58 @@ func TestWorkerAnswerHeadersTooLarge(t *testing.T) {
 	}
 	if run.job.State == rivertype.JobStateCompleted {
 		t.Errorf("River completed the job, want it scheduled again")
+	}
+}
+
+// TestWorkerErrorNamesNoAddress makes attempts that fail without an answer,
+// by name and by address, and finds the error recorded without the address
+// dialed: a refused connection (to a closed port), and a dial-time refusal
+// of a host that resolves to loopback after it was registered.
+func TestWorkerErrorNamesNoAddress(t *testing.T) {
+	t.Parallel()
+	// A port on 127.0.0.1 that nobody listens on any more.
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, closedPort, _ := net.SplitHostPort(lis.Addr().String())
+	lis.Close()
+	rcv := webhookstest.NewReceiver(t, webhookstest.Status(http.StatusOK))
+	_, rcvPort, _ := net.SplitHostPort(rcv.Listener.Addr().String())
+
+	for _, test := range []struct {
+		name, url    string
+		allowPrivate bool
+		want         string
+	}{
+		{"connection refused", "http://127.0.0.1:" + closedPort + "/", true, "connection refused"},
+		{"connection refused by name", "http://closed.test:" + closedPort + "/", true, "connection refused"},
+		{"loopback refused at dial time", "http://rebind.test:" + rcvPort + "/", false, "refused"},
+	} {
+		t.Run(test.name, func(t *testing.T) {
+			t.Parallel()
+			b := newTestbed(t, func(o *Options) {
+				o.AllowPrivateNetworks = test.allowPrivate
+				o.Resolver = ssrftest.Resolver(map[string][]netip.Addr{
+					"closed.test": {netip.MustParseAddr("127.0.0.1")},
+					"rebind.test": {netip.MustParseAddr("127.0.0.1")},
+				})
+			})
+			run := b.workOneEvent(t, test.url)
+			if run.kind != river.EventKindJobSnoozed {
+				t.Errorf("got %s, want %s", run.kind, river.EventKindJobSnoozed)
+			}
+			d := b.deliveries(t, run.ep.ID)[0]
+			if d.State != store.DeliveryPending || !strings.Contains(d.LastError, test.want) {
+				t.Errorf("got delivery %+v, want it pending with an error that says %q", d, test.want)
+			}
+			if strings.Contains(d.LastError, "127.0.0.1") {
+				t.Errorf("got last error %q, want it to name no address", d.LastError)
+			}
+			if n := len(rcv.Requests()); n != 0 {
+				t.Errorf("the receiver behind the refused name got %d requests, want none", n)
+			}
+		})
 	}
 }
 

@@ -46,6 +46,9 @@ const (
 	Internal        = "INTERNAL"         // INTERNAL: anything unexpected, panics included
 	Canceled        = "CANCELED"         // CANCELED: the client went away (it does not see the answer)
 
+	// Webhook endpoints (server/webhook.go).
+	WebhookURLNotAllowed = "WEBHOOK_URL_NOT_ALLOWED" // INVALID_ARGUMENT: the URL's host or port is not a public target
+
 	// The REST gateway (server/gateway), before any method runs.
 	RouteNotFound              = "ROUTE_NOT_FOUND"              // NOT_FOUND (404): no route has this path
 	MethodNotAllowed           = "METHOD_NOT_ALLOWED"           // UNIMPLEMENTED (405): the path exists under other methods

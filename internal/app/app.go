@@ -109,7 +109,7 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 	// Each service has its own registry, served at GET /metrics.
 	registry := prometheus.NewRegistry()
 	var err error
-	if a.webhooks, err = newWebhooks(cfg.Webhooks, a.pool, a.store, o.webhookOptions, log, tp, registry); err != nil {
+	if a.webhooks, err = newWebhooks(cfg.Webhooks, a.pool, a.store, o, log, tp, registry); err != nil {
 		return err
 	}
 	services, err := server.New(a.store, server.Options{
@@ -117,6 +117,7 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 		PageTokenKey:         cfg.Paging.Key(),
 		Events:               a.webhooks,
 		AllowPrivateWebhooks: cfg.Webhooks.AllowPrivateNetworks,
+		WebhookResolver:      o.resolver,
 	})
 	if err != nil {
 		return err
@@ -200,8 +201,9 @@ func (a *App) Handler() http.Handler { return a.http.Handler }
 func (a *App) ServiceInfo() map[string]grpc.ServiceInfo { return a.grpc.GetServiceInfo() }
 
 // newWebhooks builds the webhook runner (docs/webhooks.md) from the
-// webhooks section; adjust, if not nil, changes its options last.
-func newWebhooks(c config.Webhooks, pool *pgxpool.Pool, st *store.Store, adjust func(*webhooks.Options), log *slog.Logger, tp trace.TracerProvider, reg prometheus.Registerer) (*webhooks.Runner, error) {
+// webhooks section, with the resolver of opts; its webhook options, if
+// any, change the runner's options last.
+func newWebhooks(c config.Webhooks, pool *pgxpool.Pool, st *store.Store, opts options, log *slog.Logger, tp trace.TracerProvider, reg prometheus.Registerer) (*webhooks.Runner, error) {
 	o := webhooks.Options{
 		Timeout:                c.Timeout,
 		MaxAttempts:            c.MaxAttempts,
@@ -209,12 +211,13 @@ func newWebhooks(c config.Webhooks, pool *pgxpool.Pool, st *store.Store, adjust 
 		BackoffMax:             c.Backoff.Max,
 		PerEndpointConcurrency: c.PerEndpointConcurrency,
 		AllowPrivateNetworks:   c.AllowPrivateNetworks,
+		Resolver:               opts.resolver,
 		Log:                    log,
 		TracerProvider:         tp,
 		Registerer:             reg,
 	}
-	if adjust != nil {
-		adjust(&o)
+	if opts.webhookOptions != nil {
+		opts.webhookOptions(&o)
 	}
 	return webhooks.New(pool, st, o)
 }

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"net"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -17,6 +18,7 @@ type options struct {
 	tracerProvider trace.TracerProvider
 	healthInterval time.Duration
 	webhookOptions func(*webhooks.Options)
+	resolver       *net.Resolver
 	interceptors   []grpc.UnaryServerInterceptor
 }
 
@@ -63,6 +65,13 @@ func WithHealthInterval(d time.Duration) Option {
 // config has set them (tests shorten its intervals).
 func WithWebhookOptions(f func(*webhooks.Options)) Option {
 	return func(o *options) { o.webhookOptions = f }
+}
+
+// WithWebhookResolver looks up the hosts of webhook endpoints with r, at
+// registration and at each connection, in place of the system's resolver
+// (tests answer names with their own).
+func WithWebhookResolver(r *net.Resolver) Option {
+	return func(o *options) { o.resolver = r }
 }
 
 // WithUnaryInterceptor adds i to the end of the chain, after every link of

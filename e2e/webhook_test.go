@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/fxamacker/cbor/v2"
 	"google.golang.org/grpc/codes"
 
 	"github.com/shebasvc/sheba/config"
@@ -44,12 +46,17 @@ func TestWebhookEndpointCRUD(t *testing.T) {
 		t.Errorf("create: got %s, want the endpoint as sent, ENABLED", r.Body)
 	}
 
-	// The secret is shown only on create.
+	// The secret is shown only on create: absent, not empty, elsewhere.
 	r = e.do(t, http.MethodGet, "/v1/webhookEndpoints/"+id, "")
 	wantCode(t, r, http.StatusOK)
-	if got := r.JSON(t); got["id"] != id || got["secret"] != "" {
-		t.Errorf("get: got %s, want the endpoint with an empty secret", r.Body)
+	got := r.JSON(t)
+	if got["id"] != id {
+		t.Errorf("get: got %s, want the endpoint %s", r.Body, id)
 	}
+	wantNoSecret(t, "get (JSON)", got)
+	r = e.do(t, http.MethodGet, "/v1/webhookEndpoints/"+id, "", "Accept", "application/cbor")
+	wantCode(t, r, http.StatusOK)
+	wantNoSecret(t, "get (CBOR)", cborObject(t, r.Body))
 
 	// Another key sees nothing of it.
 	other := []string{"X-Api-Key", otherKey}
@@ -88,6 +95,16 @@ func TestWebhookEndpointCRUD(t *testing.T) {
 	want := []string{ids[3], ids[2], ids[1], ids[0]}
 	if fmt.Sprint(listed) != fmt.Sprint(want) {
 		t.Errorf("listed %v, want %v (newest first)", listed, want)
+	}
+	r = e.do(t, http.MethodGet, "/v1/webhookEndpoints", "")
+	wantCode(t, r, http.StatusOK)
+	for _, ep := range r.JSON(t)["webhookEndpoints"].([]any) {
+		wantNoSecret(t, "list (JSON)", ep.(map[string]any))
+	}
+	r = e.do(t, http.MethodGet, "/v1/webhookEndpoints", "", "Accept", "application/cbor")
+	wantCode(t, r, http.StatusOK)
+	for _, ep := range cborObject(t, r.Body)["webhookEndpoints"].([]any) {
+		wantNoSecret(t, "list (CBOR)", ep.(map[string]any))
 	}
 
 	r = e.do(t, http.MethodGet, "/v1/webhookEndpoints/"+id+"/deliveries", "")
@@ -131,6 +148,69 @@ func TestWebhookEndpointBadInput(t *testing.T) {
 	wantRESTError(t, e.do(t, http.MethodGet, "/v1/webhookEndpoints/not-a-uuid", ""), http.StatusBadRequest, codes.InvalidArgument, "endpoint_id")
 	wantRESTError(t, e.do(t, http.MethodGet, "/v1/webhookEndpoints?page_size=-1", ""), http.StatusBadRequest, codes.InvalidArgument, "page_size")
 	wantRESTError(t, e.do(t, http.MethodGet, "/v1/webhookEndpoints?page_token=abc", ""), http.StatusBadRequest, codes.InvalidArgument, "page_token")
+}
+
+// wantNoSecret fails the test if the endpoint ep, a JSON or CBOR object,
+// has a secret field, empty or not.
+func wantNoSecret(t *testing.T, what string, ep map[string]any) {
+	t.Helper()
+	if v, ok := ep["secret"]; ok {
+		t.Errorf("%s: got secret %q, want no secret field", what, v)
+	}
+}
+
+// cborMaps decodes CBOR maps, nested ones too, as a JSON decoder does.
+var cborMaps, _ = cbor.DecOptions{DefaultMapType: reflect.TypeFor[map[string]any]()}.DecMode()
+
+// cborObject decodes a CBOR map with text keys.
+func cborObject(t *testing.T, b []byte) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := cborMaps.Unmarshal(b, &m); err != nil {
+		t.Fatalf("body %x is not a CBOR map: %v", b, err)
+	}
+	return m
+}
+
+// TestWebhookSecretOnGRPC: on gRPC too, the secret is in the create answer
+// only.
+func TestWebhookSecretOnGRPC(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, allowPrivate)
+	ctx := t.Context()
+	c := shebav1.NewWebhookServiceClient(e.conn)
+	created, err := c.CreateWebhookEndpoint(ctx, &shebav1.CreateWebhookEndpointRequest{Url: "http://127.0.0.1:1/hook", EventTypes: []string{"account.created"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep := created.GetWebhookEndpoint()
+	if !hasSecret(ep) || !strings.HasPrefix(ep.GetSecret(), "whsec_") {
+		t.Errorf("create: got secret %q, want a whsec_ secret", ep.GetSecret())
+	}
+	got, err := c.GetWebhookEndpoint(ctx, &shebav1.GetWebhookEndpointRequest{EndpointId: ep.GetId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hasSecret(got.GetWebhookEndpoint()) {
+		t.Errorf("get: got secret %q, want none", got.GetWebhookEndpoint().GetSecret())
+	}
+	list, err := c.ListWebhookEndpoints(ctx, &shebav1.ListWebhookEndpointsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(list.GetWebhookEndpoints()); n != 1 {
+		t.Fatalf("list: got %d endpoints, want 1", n)
+	}
+	if hasSecret(list.GetWebhookEndpoints()[0]) {
+		t.Errorf("list: got secret %q, want none", list.GetWebhookEndpoints()[0].GetSecret())
+	}
+}
+
+// hasSecret reports whether the message carries its secret field: on the
+// wire, a field with presence is sent when set, even empty.
+func hasSecret(ep *shebav1.WebhookEndpoint) bool {
+	m := ep.ProtoReflect()
+	return m.Has(m.Descriptor().Fields().ByName("secret"))
 }
 
 // TestWebhookEndpointTargetsRefused registers, with

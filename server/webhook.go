@@ -122,7 +122,7 @@ func (s *webhookServer) CreateWebhookEndpoint(ctx context.Context, req *shebav1.
 		return nil, s.errs.toStatus(ctx, "create webhook endpoint", err, reason.Own{})
 	}
 	p := endpointToProto(e)
-	p.Secret = e.Secret
+	p.Secret = &e.Secret
 	return &shebav1.CreateWebhookEndpointResponse{WebhookEndpoint: p}, nil
 }
 

@@ -150,8 +150,9 @@ type WebhookEndpoint struct {
 	// When the endpoint was created.
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// The signing secret, "whsec_" and the base64 of 32 random bytes. Set only
-	// in the answer to CreateWebhookEndpoint.
-	Secret        string `protobuf:"bytes,7,opt,name=secret,proto3" json:"secret,omitempty"`
+	// in the answer to CreateWebhookEndpoint, and absent (not empty) in every
+	// other answer: the field has presence.
+	Secret        *string `protobuf:"bytes,7,opt,name=secret,proto3,oneof" json:"secret,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -229,8 +230,8 @@ func (x *WebhookEndpoint) GetCreateTime() *timestamppb.Timestamp {
 }
 
 func (x *WebhookEndpoint) GetSecret() string {
-	if x != nil {
-		return x.Secret
+	if x != nil && x.Secret != nil {
+		return *x.Secret
 	}
 	return ""
 }
@@ -877,7 +878,7 @@ var File_sheba_v1_webhook_proto protoreflect.FileDescriptor
 
 const file_sheba_v1_webhook_proto_rawDesc = "" +
 	"\n" +
-	"\x16sheba/v1/webhook.proto\x12\bsheba.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x81\x02\n" +
+	"\x16sheba/v1/webhook.proto\x12\bsheba.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x91\x02\n" +
 	"\x0fWebhookEndpoint\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x1f\n" +
@@ -886,8 +887,9 @@ const file_sheba_v1_webhook_proto_rawDesc = "" +
 	"\vdescription\x18\x04 \x01(\tR\vdescription\x124\n" +
 	"\x05state\x18\x05 \x01(\x0e2\x1e.sheba.v1.WebhookEndpointStateR\x05state\x12;\n" +
 	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\x12\x16\n" +
-	"\x06secret\x18\a \x01(\tR\x06secret\"s\n" +
+	"createTime\x12\x1b\n" +
+	"\x06secret\x18\a \x01(\tH\x00R\x06secret\x88\x01\x01B\t\n" +
+	"\a_secret\"s\n" +
 	"\x1cCreateWebhookEndpointRequest\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x1f\n" +
 	"\vevent_types\x18\x02 \x03(\tR\n" +
@@ -1016,6 +1018,7 @@ func file_sheba_v1_webhook_proto_init() {
 	if File_sheba_v1_webhook_proto != nil {
 		return
 	}
+	file_sheba_v1_webhook_proto_msgTypes[0].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -174,6 +174,8 @@ type Webhooks struct {
 	// AllowPrivateNetworks lets endpoints point at addresses that are not
 	// public and at any port (for development and tests).
 	AllowPrivateNetworks bool `yaml:"allow_private_networks"`
+	// MaxEndpoints is the most endpoints one API key may hold.
+	MaxEndpoints int `yaml:"max_endpoints"`
 }
 
 // Backoff is an exponential backoff with full jitter: the wait before retry
@@ -229,6 +231,7 @@ func Default() Config {
 			MaxAttempts:            20,
 			Backoff:                Backoff{Base: time.Second, Max: time.Hour},
 			PerEndpointConcurrency: 4,
+			MaxEndpoints:           50,
 		},
 		Redis: Redis{Timeout: 5 * time.Millisecond},
 	}

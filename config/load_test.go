@@ -71,6 +71,7 @@ func TestEnvNames(t *testing.T) {
 		"SHEBA_WEBHOOKS_BACKOFF_MAX",
 		"SHEBA_WEBHOOKS_PER_ENDPOINT_CONCURRENCY",
 		"SHEBA_WEBHOOKS_ALLOW_PRIVATE_NETWORKS",
+		"SHEBA_WEBHOOKS_MAX_ENDPOINTS",
 		"SHEBA_REDIS_URL",
 		"SHEBA_REDIS_TIMEOUT",
 	}
@@ -125,7 +126,7 @@ compression: { min_bytes: 0 }
 shutdown: { drain_delay: 5s, timeout: 20s }
 log: { level: debug, format: text }
 idempotency: { ttl: 1h }
-webhooks: { timeout: 3s, max_attempts: 5, backoff: { base: 100ms, max: 1m }, per_endpoint_concurrency: 2, allow_private_networks: true }
+webhooks: { timeout: 3s, max_attempts: 5, backoff: { base: 100ms, max: 1m }, per_endpoint_concurrency: 2, allow_private_networks: true, max_endpoints: 7 }
 redis: { url: "redis://cache:6379/2", timeout: 8ms }
 `,
 			want: func(c *Config) {
@@ -153,7 +154,7 @@ redis: { url: "redis://cache:6379/2", timeout: 8ms }
 					Webhooks: Webhooks{
 						Timeout: 3 * time.Second, MaxAttempts: 5,
 						Backoff:                Backoff{Base: 100 * time.Millisecond, Max: time.Minute},
-						PerEndpointConcurrency: 2, AllowPrivateNetworks: true,
+						PerEndpointConcurrency: 2, AllowPrivateNetworks: true, MaxEndpoints: 7,
 					},
 					Redis: Redis{URL: "redis://cache:6379/2", Timeout: 8 * time.Millisecond},
 				}

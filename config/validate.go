@@ -102,6 +102,7 @@ func (c Config) check() *Error {
 		func() *Error {
 			return atLeast("webhooks.per_endpoint_concurrency", c.Webhooks.PerEndpointConcurrency, 1)
 		},
+		func() *Error { return atLeast("webhooks.max_endpoints", c.Webhooks.MaxEndpoints, 1) },
 		func() *Error { return checkRedisURL(c.Redis.URL) },
 		func() *Error { return checkRedisTimeout(c.Redis.Timeout) },
 	}

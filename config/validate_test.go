@@ -393,6 +393,12 @@ func TestValidate(t *testing.T) {
 			wantMsg: "webhooks.per_endpoint_concurrency: must be at least 1, got 0",
 		},
 		{
+			name:    "webhooks.max_endpoints",
+			change:  func(c *Config) { c.Webhooks.MaxEndpoints = 0 },
+			wantKey: "webhooks.max_endpoints",
+			wantMsg: "webhooks.max_endpoints: must be at least 1, got 0",
+		},
+		{
 			name:    "redis.url",
 			change:  func(c *Config) { c.Redis.URL = "http://:hunter2@cache:6379" },
 			wantKey: "redis.url",

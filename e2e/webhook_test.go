@@ -1,16 +1,20 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/netip"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/fxamacker/cbor/v2"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/shebasvc/sheba/config"
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
@@ -297,4 +301,74 @@ func TestWebhookEndpointTargetsRefused(t *testing.T) {
 	if n := e.count(t, `SELECT count(*) FROM webhook_events`); n != 0 {
 		t.Errorf("got %d events, want none: nothing may be sent to these URLs", n)
 	}
+}
+
+// TestWebhookEndpointLimit: a key holds at most webhooks.max_endpoints
+// endpoints, also when it creates many at once; one more is 400
+// FAILED_PRECONDITION WEBHOOK_ENDPOINT_LIMIT on both transports, another key
+// is not affected, and a delete makes room.
+func TestWebhookEndpointLimit(t *testing.T) {
+	t.Parallel()
+	const max = 5
+	e := newTestEnv(t, allowPrivate, func(c *config.Config) { c.Webhooks.MaxEndpoints = max })
+	ctx := t.Context()
+	c := shebav1.NewWebhookServiceClient(e.conn)
+	create := func(ctx context.Context, i int) (*shebav1.CreateWebhookEndpointResponse, error) {
+		return c.CreateWebhookEndpoint(ctx, &shebav1.CreateWebhookEndpointRequest{
+			Url: fmt.Sprintf("http://127.0.0.1:1/hook%d", i), EventTypes: []string{"account.created"},
+		})
+	}
+
+	// Four times the limit at once.
+	const tries = 4 * max
+	errs := make([]error, tries)
+	var wg sync.WaitGroup
+	for i := range tries {
+		wg.Go(func() { _, errs[i] = create(ctx, i) })
+	}
+	wg.Wait()
+	created := 0
+	for i, err := range errs {
+		switch status.Code(err) {
+		case codes.OK:
+			created++
+		case codes.FailedPrecondition:
+		default:
+			t.Errorf("create %d: got %v, want OK or FailedPrecondition", i, err)
+		}
+	}
+	if created != max {
+		t.Errorf("%d concurrent creates: %d succeeded, want %d", tries, created, max)
+	}
+	if n := e.count(t, `SELECT count(*) FROM webhook_endpoints WHERE owner = $1`, testKeyID); n != max {
+		t.Errorf("the key holds %d endpoints, want %d", n, max)
+	}
+
+	_, err := create(ctx, tries)
+	wantGRPCDetails(t, "gRPC", err, nil, codes.FailedPrecondition, reason.WebhookEndpointLimit)
+	r := e.do(t, http.MethodPost, "/v1/webhookEndpoints", `{"url":"http://127.0.0.1:1/one-more","eventTypes":["account.created"]}`)
+	wantRESTError(t, r, http.StatusBadRequest, codes.FailedPrecondition, "")
+	wantRESTDetails(t, "REST", r, http.StatusBadRequest, reason.WebhookEndpointLimit)
+
+	// Another key has room of its own.
+	other := metadata.AppendToOutgoingContext(ctx, "x-api-key", otherKey)
+	for i := range max {
+		if _, err := create(other, i); err != nil {
+			t.Fatalf("another key's create %d: %v", i, err)
+		}
+	}
+
+	// A delete makes room for one.
+	list, err := c.ListWebhookEndpoints(ctx, &shebav1.ListWebhookEndpointsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.DeleteWebhookEndpoint(ctx, &shebav1.DeleteWebhookEndpointRequest{EndpointId: list.GetWebhookEndpoints()[0].GetId()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := create(ctx, tries+1); err != nil {
+		t.Errorf("create after a delete: %v", err)
+	}
+	_, err = create(ctx, tries+2)
+	wantGRPCDetails(t, "gRPC, full again", err, nil, codes.FailedPrecondition, reason.WebhookEndpointLimit)
 }

@@ -24,6 +24,9 @@ type Options struct {
 	// WebhookResolver looks up the hosts of webhook URLs at registration
 	// (nil: net.DefaultResolver); tests answer names with their own.
 	WebhookResolver *net.Resolver
+	// MaxWebhookEndpoints is the most webhook endpoints one API key may
+	// hold (webhooks.max_endpoints); 0 means no limit.
+	MaxWebhookEndpoints int
 	// PageTokenKey is the HMAC-SHA256 key of page tokens, at least 32
 	// bytes and the same on every replica; empty means a random key, so
 	// tokens work only on this process.
@@ -62,7 +65,7 @@ func New(st *store.Store, opts Options) (*Services, error) {
 	return &Services{
 		account:      &accountServer{store: st, hasher: hasher, errs: errs, events: events},
 		subscription: &subscriptionServer{store: st, errs: errs, events: events, tokens: tokens},
-		webhook:      &webhookServer{store: st, errs: errs, allowPrivate: opts.AllowPrivateWebhooks, tokens: tokens, resolver: opts.WebhookResolver},
+		webhook:      newWebhookServer(st, errs, tokens, opts),
 	}, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"slices"
@@ -57,6 +58,27 @@ type webhookServer struct {
 	allowPrivate bool
 	tokens       pageTokens
 	resolver     *net.Resolver
+	maxEndpoints int
+	// errLimit answers a create beyond maxEndpoints.
+	errLimit error
+}
+
+// newWebhookServer returns the service as opts configure it.
+func newWebhookServer(st *store.Store, errs errorMapper, tokens pageTokens, opts Options) *webhookServer {
+	maxEndpoints := opts.MaxWebhookEndpoints
+	if maxEndpoints <= 0 {
+		maxEndpoints = math.MaxInt32
+	}
+	return &webhookServer{
+		store:        st,
+		errs:         errs,
+		tokens:       tokens,
+		allowPrivate: opts.AllowPrivateWebhooks,
+		resolver:     opts.WebhookResolver,
+		maxEndpoints: maxEndpoints,
+		errLimit: reason.Error(codes.FailedPrecondition, reason.WebhookEndpointLimit,
+			fmt.Sprintf("this API key already holds the most webhook endpoints allowed (%d): delete one to register another", maxEndpoints)),
+	}
 }
 
 var errEndpointNotFound = reason.OutcomeNotFound.Error("webhook endpoint not found")
@@ -76,7 +98,8 @@ func owner(ctx context.Context) (string, error) {
 
 // CreateWebhookEndpoint registers an endpoint. Codes: InvalidArgument (also
 // for a URL the caller already registered; reason WEBHOOK_URL_NOT_ALLOWED
-// for a target that is not public), Unauthenticated.
+// for a target that is not public), FailedPrecondition (the key holds
+// maxEndpoints), Unauthenticated.
 func (s *webhookServer) CreateWebhookEndpoint(ctx context.Context, req *shebav1.CreateWebhookEndpointRequest) (*shebav1.CreateWebhookEndpointResponse, error) {
 	who, err := owner(ctx)
 	if err != nil {
@@ -113,12 +136,14 @@ func (s *webhookServer) CreateWebhookEndpoint(ctx context.Context, req *shebav1.
 		EventTypes:  types,
 		Description: req.GetDescription(),
 		Secret:      secret,
-	})
-	if errors.Is(err, store.ErrConflict) {
+	}, s.maxEndpoints)
+	switch {
+	case errors.Is(err, store.ErrConflict):
 		v.add("url", "an endpoint with this URL is already registered")
 		return nil, v.err()
-	}
-	if err != nil {
+	case errors.Is(err, store.ErrLimit):
+		return nil, s.errLimit
+	case err != nil:
 		return nil, s.errs.toStatus(ctx, "create webhook endpoint", err, reason.Own{})
 	}
 	p := endpointToProto(e)

@@ -22,6 +22,9 @@ var (
 	// ErrConflict means the write would break a uniqueness rule, such as a
 	// taken username or a second active subscription.
 	ErrConflict = errors.New("conflict")
+	// ErrLimit means the write would take more than a limit allows, such
+	// as an API key's most webhook endpoints.
+	ErrLimit = errors.New("limit reached")
 	// ErrUnavailable means the database could not be reached, or the
 	// connection broke before an answer came: the operation may be retried
 	// later, and says nothing about the data.
@@ -141,7 +144,7 @@ func (s *Store) Ping(ctx context.Context) error {
 // A connection that could not be made, or broke before the query was
 // answered, is ErrUnavailable; the driver's error stays wrapped for the log.
 func translate(err error) error {
-	if err == nil || errors.Is(err, ErrNotFound) || errors.Is(err, ErrConflict) || errors.Is(err, ErrUnavailable) {
+	if err == nil || errors.Is(err, ErrNotFound) || errors.Is(err, ErrConflict) || errors.Is(err, ErrLimit) || errors.Is(err, ErrUnavailable) {
 		return err
 	}
 	if errors.Is(err, pgx.ErrNoRows) {

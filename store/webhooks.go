@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -51,16 +52,43 @@ func scanEndpoint(row pgx.CollectableRow) (WebhookEndpoint, error) {
 	return e, nil
 }
 
-// CreateWebhookEndpoint stores a new enabled endpoint; ID, State and
-// CreateTime of e are ignored. It returns ErrConflict if the owner already
-// has an endpoint with the same URL.
-func (s *Store) CreateWebhookEndpoint(ctx context.Context, e WebhookEndpoint) (WebhookEndpoint, error) {
-	rows, _ := s.db(ctx).Query(ctx, `
-		INSERT INTO webhook_endpoints (owner, url, event_types, description, secret)
-		VALUES ($1, $2, $3, $4, $5)
-		RETURNING `+endpointColumns,
-		e.Owner, e.URL, e.EventTypes, e.Description, e.Secret)
-	created, err := pgx.CollectExactlyOneRow(rows, scanEndpoint)
+// endpointOwnerLock is the first key of the transaction-scoped advisory
+// locks that serialize the creates of one owner; the second is a hash of
+// the owner. The two-key form is a key space of its own, apart from the
+// one-key locks of idempotency keys and migrations. Two owners that shared
+// a hash would only make one wait for the other.
+const endpointOwnerLock = 0x73686562 // "sheb"
+
+// CreateWebhookEndpoint stores a new enabled endpoint if its owner holds
+// fewer than limit; ID, State and CreateTime of e are ignored. It returns
+// ErrLimit if the owner holds limit endpoints already, and ErrConflict if
+// it has one with the same URL.
+//
+// The limit holds however many creates of one owner run at once, on any
+// replica: each takes the owner's advisory lock for the rest of its
+// transaction before it counts, so they count one after the other. The
+// insert counts in its own statement, after the lock is held: under READ
+// COMMITTED its snapshot then holds every endpoint the transactions that
+// held the lock before committed.
+func (s *Store) CreateWebhookEndpoint(ctx context.Context, e WebhookEndpoint, limit int) (WebhookEndpoint, error) {
+	var created WebhookEndpoint
+	err := s.InTx(ctx, func(ctx context.Context) error {
+		if _, err := s.db(ctx).Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, endpointOwnerLock, e.Owner); err != nil {
+			return err
+		}
+		rows, _ := s.db(ctx).Query(ctx, `
+			INSERT INTO webhook_endpoints (owner, url, event_types, description, secret)
+			SELECT $1, $2, $3, $4, $5
+			WHERE (SELECT count(*) FROM webhook_endpoints WHERE owner = $1) < $6
+			RETURNING `+endpointColumns,
+			e.Owner, e.URL, e.EventTypes, e.Description, e.Secret, limit)
+		var err error
+		created, err = pgx.CollectExactlyOneRow(rows, scanEndpoint)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrLimit
+		}
+		return err
+	})
 	if err != nil {
 		return WebhookEndpoint{}, fmt.Errorf("create webhook endpoint of %q: %w", e.Owner, translate(err))
 	}

@@ -123,7 +123,7 @@ func (b *testbed) endpoint(t *testing.T, url string, eventTypes ...string) store
 		URL:        url,
 		EventTypes: eventTypes,
 		Secret:     "whsec_" + base64.StdEncoding.EncodeToString(key),
-	})
+	}, 1000)
 	if err != nil {
 		t.Fatalf("create endpoint %s: %v", url, err)
 	}

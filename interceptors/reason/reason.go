@@ -48,6 +48,7 @@ const (
 
 	// Webhook endpoints (server/webhook.go).
 	WebhookURLNotAllowed = "WEBHOOK_URL_NOT_ALLOWED" // INVALID_ARGUMENT: the URL's host or port is not a public target
+	WebhookEndpointLimit = "WEBHOOK_ENDPOINT_LIMIT"  // FAILED_PRECONDITION (400): the key holds webhooks.max_endpoints endpoints
 
 	// The REST gateway (server/gateway), before any method runs.
 	RouteNotFound              = "ROUTE_NOT_FOUND"              // NOT_FOUND (404): no route has this path

@@ -118,6 +118,7 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 		Events:               a.webhooks,
 		AllowPrivateWebhooks: cfg.Webhooks.AllowPrivateNetworks,
 		WebhookResolver:      o.resolver,
+		MaxWebhookEndpoints:  cfg.Webhooks.MaxEndpoints,
 	})
 	if err != nil {
 		return err

@@ -17,6 +17,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/shebasvc/sheba/config"
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/store"
 	"github.com/shebasvc/sheba/webhooks"
@@ -178,7 +179,7 @@ func createBenchEndpoint(ctx context.Context, st *store.Store, url string) error
 	_, err := st.CreateWebhookEndpoint(ctx, store.WebhookEndpoint{
 		Owner: "bench", URL: url, EventTypes: []string{"subscription.created"},
 		Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
-	})
+	}, config.Default().Webhooks.MaxEndpoints)
 	return err
 }
 

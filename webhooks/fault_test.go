@@ -1,6 +1,7 @@
 package webhooks
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -291,5 +292,77 @@ func TestCrashMidAttempt(t *testing.T) {
 	}
 	if n := len(rcv.Requests()); n != 1 {
 		t.Errorf("receiver got %d requests, want 1", n)
+	}
+}
+
+// TestStopGivesAttemptsTheirTime stops a runner while an attempt is at
+// the receiver: an attempt that fits in the stop timeout finishes (the
+// delivery SUCCEEDED, one request), and one that does not is cancelled
+// when the timeout runs out, its delivery left pending for a later run,
+// and Run says so.
+func TestStopGivesAttemptsTheirTime(t *testing.T) {
+	t.Parallel()
+	for _, test := range []struct {
+		name        string
+		answerAfter time.Duration // after the stop
+		stopTimeout time.Duration
+		want        store.DeliveryState
+	}{
+		{"fits", 300 * time.Millisecond, 10 * time.Second, store.DeliverySucceeded},
+		{"does not fit", time.Minute, 300 * time.Millisecond, store.DeliveryPending},
+	} {
+		t.Run(test.name, func(t *testing.T) {
+			t.Parallel()
+			b := newTestbed(t, func(o *Options) { o.Timeout = 2 * time.Minute })
+			arrived, stopped := make(chan struct{}), make(chan struct{})
+			rcv := webhookstest.NewReceiver(t, func(int, http.ResponseWriter) int {
+				close(arrived)
+				<-stopped
+				select {
+				case <-time.After(test.answerAfter):
+				case <-t.Context().Done():
+				}
+				return http.StatusNoContent
+			})
+			ep := b.endpoint(t, rcv.URL, "account.created")
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- b.r.Run(ctx, test.stopTimeout) }()
+			b.publish(t, "account.created", &shebav1.Account{Id: uuid.NewString(), Username: "stop"})
+			select {
+			case <-arrived:
+			case <-time.After(30 * time.Second):
+				t.Fatal("no attempt at the receiver within 30s")
+			}
+
+			start := time.Now()
+			cancel()
+			close(stopped)
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(test.stopTimeout + 30*time.Second):
+				t.Fatalf("Run still stopping %v after the stop (stop timeout %v)", time.Since(start), test.stopTimeout)
+			}
+			took := time.Since(start)
+			t.Logf("Run returned %v after the stop: %v", took, err)
+			ds := b.deliveries(t, ep.ID)
+			if len(ds) != 1 || ds[0].State != test.want || ds[0].Attempts != 1 {
+				t.Errorf("got deliveries %+v, want one %s after one attempt", ds, test.want)
+			}
+			if n := len(rcv.Requests()); n != 1 {
+				t.Errorf("receiver got %d requests, want 1", n)
+			}
+			if test.want == store.DeliverySucceeded {
+				if err != nil || took < test.answerAfter {
+					t.Errorf("Run: got %v after %v, want nil once the attempt finished (%v)", err, took, test.answerAfter)
+				}
+				return
+			}
+			if err == nil || took < test.stopTimeout {
+				t.Errorf("Run: got %v after %v, want an error once the stop timeout (%v) ran out", err, took, test.stopTimeout)
+			}
+		})
 	}
 }

@@ -194,13 +194,22 @@ func newHTTPClient(o Options) *http.Client {
 	}
 }
 
-// Run works delivery jobs until ctx is done, then stops: attempts in flight
-// are given until stopTimeout to finish, then canceled (and retried later,
-// by this replica or another). While the database is unreachable at start,
-// Run keeps trying.
+// Run works delivery jobs until ctx is done, then stops: no job is taken
+// any more, attempts in flight are given stopTimeout to finish, and those
+// still running then are canceled (their outcome recorded, and retried
+// later, by this replica or another), Run waiting at most hardStopWait more
+// for them to return; it returns an error if any had to be canceled. While
+// the database is unreachable at start, Run keeps trying.
 func (r *Runner) Run(ctx context.Context, stopTimeout time.Duration) error {
+	// River cancels every job at once when the context given to Start ends,
+	// so that context ends with ctx only while Start runs (it waits for the
+	// database), and the stop is River's soft Stop.
+	riverCtx, cancelRiver := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRiver()
 	for {
-		err := r.river.Start(ctx)
+		unwatch := context.AfterFunc(ctx, cancelRiver)
+		err := r.river.Start(riverCtx)
+		unwatch()
 		if err == nil {
 			break
 		}
@@ -214,15 +223,22 @@ func (r *Runner) Run(ctx context.Context, stopTimeout time.Duration) error {
 	go r.refreshBacklog(ctx)
 	go r.dropEnded(ctx)
 	<-ctx.Done()
-	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+	softCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
 	defer cancel()
-	if err := r.river.Stop(stopCtx); err != nil {
-		cancelCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		return errors.Join(err, r.river.StopAndCancel(cancelCtx))
+	if err := r.river.Stop(softCtx); err == nil {
+		return nil
 	}
-	return nil
+	hardCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), hardStopWait)
+	defer cancel()
+	if err := r.river.StopAndCancel(hardCtx); err != nil {
+		return fmt.Errorf("webhooks: attempts in flight %v after the stop were canceled, and still run %v later: %w", stopTimeout, hardStopWait, err)
+	}
+	return fmt.Errorf("webhooks: attempts in flight %v after the stop were canceled; they will be retried", stopTimeout)
 }
+
+// hardStopWait is how long Run waits for canceled attempts to return: each
+// still records its outcome.
+const hardStopWait = 5 * time.Second
 
 func (r *Runner) refreshBacklog(ctx context.Context) {
 	t := time.NewTicker(r.o.BacklogInterval)

@@ -74,3 +74,67 @@ func TestStatementTimeout(t *testing.T) {
 		t.Errorf("statement ran %v, want it ended by the 150ms statement_timeout", took)
 	}
 }
+
+// TestCancelAll checks that CancelAll ends a statement whose context never
+// ends, so that the pool's Close, which waits for it, returns; and that the
+// canceler forgets the connections of a closed pool.
+func TestCancelAll(t *testing.T) {
+	t.Parallel()
+	var c store.Canceler
+	pool, err := store.OpenPool(t.Context(), storetest.NewDatabase(t), 2, tracenoop.NewTracerProvider(), store.WithCanceler(&c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(t.Context(), `SELECT 1`); err != nil {
+		t.Fatal(err)
+	}
+	stuck := make(chan error, 1)
+	go func() {
+		_, err := pool.Exec(context.WithoutCancel(t.Context()), `SELECT pg_sleep(60)`)
+		stuck <- err
+	}()
+	// Until Postgres runs it (a cancel that comes first is ignored), as
+	// the pool's other connection sees.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var running bool
+		err := pool.QueryRow(t.Context(), `
+			SELECT count(*) > 0 FROM pg_stat_activity
+			WHERE datname = current_database() AND state = 'active' AND query = 'SELECT pg_sleep(60)'`).Scan(&running)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if running {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the statement did not start within 10s")
+		}
+	}
+	closed := make(chan struct{})
+	go func() {
+		pool.Close()
+		close(closed)
+	}()
+
+	start := time.Now()
+	if n := c.CancelAll(t.Context()); n == 0 {
+		t.Errorf("CancelAll sent %d cancel requests, want at least 1", n)
+	}
+	select {
+	case err := <-stuck:
+		if !queryCanceled(err) {
+			t.Errorf("statement after CancelAll: got %v, want query_canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the statement still runs 10s after CancelAll")
+	}
+	select {
+	case <-closed:
+		t.Logf("pool closed %v after CancelAll", time.Since(start))
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close still waits 10s after CancelAll")
+	}
+	if n := c.CancelAll(t.Context()); n != 0 {
+		t.Errorf("CancelAll after Close sent %d cancel requests, want 0", n)
+	}
+}

@@ -54,6 +54,10 @@ type App struct {
 	grpc             *grpc.Server
 	http             *http.Server
 	webhooks         *webhooks.Runner
+
+	// conns knows the connections of both pools, for a shutdown that must
+	// cut their queries.
+	conns store.Canceler
 }
 
 // New builds every part of sheba from cfg, which must be valid
@@ -77,7 +81,8 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		}
 	}()
 	// No query outlives the longest request (docs/operations.md#slow-database).
-	if a.pool, err = store.OpenPool(ctx, cfg.Database.URL, cfg.Database.MaxConns, tp, store.WithStatementTimeout(cfg.Limits.Timeout)); err != nil {
+	if a.pool, err = store.OpenPool(ctx, cfg.Database.URL, cfg.Database.MaxConns, tp,
+		store.WithStatementTimeout(cfg.Limits.Timeout), store.WithCanceler(&a.conns)); err != nil {
 		return nil, err
 	}
 	// The health check has a connection of its own: a busy business pool
@@ -87,7 +92,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	// new one costs several round trips and the authentication, which on a
 	// loaded machine can outlast the next ping's deadline too.
 	if a.healthPool, err = store.OpenPool(ctx, cfg.Database.URL, 1, tracenoop.NewTracerProvider(),
-		store.WithStatementTimeout(healthPingTimeout)); err != nil {
+		store.WithStatementTimeout(healthPingTimeout), store.WithCanceler(&a.conns)); err != nil {
 		return nil, err
 	}
 	a.store = store.New(a.pool)
@@ -366,41 +371,28 @@ func (a *App) ListenAndServe(ctx context.Context) error {
 }
 
 // Serve serves gRPC on grpcLis and HTTP on httpLis until ctx is done, then
-// shuts down gracefully (docs/operations.md#graceful-shutdown): readiness
-// turns false, the drain delay passes, the listeners close, and in-flight
-// requests finish, all within shutdown.timeout; then the pools close and
-// the last spans are sent. It returns an error if a listener failed or the
-// shutdown ran out of time.
+// shuts down gracefully within shutdown.timeout, everything included
+// (shutdown, docs/operations.md#graceful-shutdown). It returns an error if
+// a listener failed or the shutdown ran out of time.
 func (a *App) Serve(ctx context.Context, grpcLis, httpLis net.Listener) error {
-	defer a.close()
-	// The checker outlives ctx: readiness must stay false while draining.
-	healthCtx, stopHealth := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopHealth()
-	go a.health.Run(healthCtx)
-	// The reaper stops with ctx, and is waited for: the pool it uses
-	// closes after Serve returns.
-	reapCtx, stopReap := context.WithCancel(ctx)
-	reaped := make(chan struct{})
-	go func() {
-		defer close(reaped)
-		idempotency.Reap(reapCtx, a.store, idempotency.ReapInterval(a.cfg.Idempotency.TTL), a.log)
-	}()
-	defer func() {
-		stopReap()
-		<-reaped
-	}()
-
-	// Webhook deliveries stop beside the servers, within the same bound:
-	// attempts in flight get half of it to finish, and whatever is left
-	// waits in the queue for any replica.
-	hooksCtx, stopHooks := context.WithCancel(context.WithoutCancel(ctx))
-	hooksDone := make(chan error, 1)
-	go func() { hooksDone <- a.webhooks.Run(hooksCtx, a.cfg.Shutdown.Timeout/2) }()
-	defer func() {
-		if err := <-hooksDone; err != nil {
-			a.log.Warn("stopping webhook deliveries", "error", err)
-		}
-	}()
+	bg := background{
+		// The checker outlives ctx: readiness must stay false while
+		// draining, and the chain asks it whether the database is up until
+		// the servers have stopped.
+		health: start(context.WithoutCancel(ctx), a.health.Run),
+		reaper: start(ctx, func(ctx context.Context) {
+			idempotency.Reap(ctx, a.store, idempotency.ReapInterval(a.cfg.Idempotency.TTL), a.log)
+		}),
+		// Webhook deliveries stop when the shutdown begins: attempts in
+		// flight get half of the bound to finish, the rest of it to record
+		// their outcome, and whatever is left waits in the queue for any
+		// replica.
+		hooks: start(context.WithoutCancel(ctx), func(ctx context.Context) {
+			if err := a.webhooks.Run(ctx, a.cfg.Shutdown.Timeout/2); err != nil {
+				a.log.Warn("stopping webhook deliveries", "error", err)
+			}
+		}),
+	}
 
 	errc := make(chan error, 2)
 	go func() { errc <- a.grpc.Serve(grpcLis) }()
@@ -419,67 +411,5 @@ func (a *App) Serve(ctx context.Context, grpcLis, httpLis net.Listener) error {
 	case serveErr = <-errc:
 		serveErr = fmt.Errorf("serve: %w", serveErr)
 	}
-	stopHooks()
-	return errors.Join(serveErr, a.stop())
-}
-
-// stop drains and stops both servers within shutdown.timeout.
-func (a *App) stop() error {
-	s := a.cfg.Shutdown
-	ctx, cancel := context.WithTimeout(context.Background(), s.Timeout)
-	defer cancel()
-	a.log.Info("shutting down", "drain_delay", s.DrainDelay.String(), "timeout", s.Timeout.String())
-	a.health.Shutdown()
-
-	// Load balancers see the failing readiness before the listeners close.
-	select {
-	case <-time.After(s.DrainDelay):
-	case <-ctx.Done():
-	}
-	a.health.EndWatches()
-	// Reflection streams (and any other) do not watch the health server:
-	// they are ended here, every unary call still running to its end.
-	a.streams.End()
-
-	grpcDone := make(chan struct{})
-	go func() {
-		a.grpc.GracefulStop()
-		close(grpcDone)
-	}()
-	httpErr := a.http.Shutdown(ctx)
-	select {
-	case <-grpcDone:
-	case <-ctx.Done():
-		a.grpc.Stop()
-		<-grpcDone
-	}
-	if ctx.Err() != nil {
-		_ = a.http.Close()
-		return fmt.Errorf("shutdown: in-flight requests cut after %s", s.Timeout)
-	}
-	if httpErr != nil {
-		return fmt.Errorf("shutdown http: %w", httpErr)
-	}
-	a.log.Info("shut down")
-	return nil
-}
-
-// close releases what New opened, in the reverse order: the Redis client
-// (when no request is left to decide a rate limit), the pools, and the
-// tracer, whose last spans leave before the process exits.
-func (a *App) close() {
-	if err := a.rate.close(); err != nil {
-		a.log.Warn("closing the redis client", "error", err.Error())
-	}
-	if a.healthPool != nil {
-		a.healthPool.Close()
-	}
-	if a.pool != nil {
-		a.pool.Close()
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := a.flush(ctx); err != nil {
-		a.log.Warn("flushing traces", "error", err)
-	}
+	return errors.Join(serveErr, a.shutdown(bg))
 }

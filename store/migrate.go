@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"regexp"
+	"strconv"
+	"strings"
 
 	"github.com/golang-migrate/migrate/v4"
 	migratepgx "github.com/golang-migrate/migrate/v4/database/pgx/v5"
@@ -84,11 +88,20 @@ func migrateRiverUp(ctx context.Context, databaseURL string) error {
 }
 
 // MigrateDown undoes the last applied migration, one step. It returns an
-// error if no migration is applied.
-func MigrateDown(ctx context.Context, databaseURL string) error {
+// error if no migration is applied. Unless force is true, it first counts
+// the rows of the tables that step drops, and if any holds rows it changes
+// nothing and returns a *TablesNotEmptyError.
+func MigrateDown(ctx context.Context, databaseURL string, force bool) error {
 	err := withMigrate(ctx, databaseURL, func(m *migrate.Migrate) error {
-		if _, _, err := m.Version(); errors.Is(err, migrate.ErrNilVersion) {
+		version, dirty, err := m.Version()
+		if errors.Is(err, migrate.ErrNilVersion) {
 			return errors.New("no migration is applied")
+		}
+		// A dirty database fails in Steps, which says so.
+		if err == nil && !dirty && !force {
+			if err := checkDropsEmpty(ctx, databaseURL, version); err != nil {
+				return err
+			}
 		}
 		return m.Steps(-1)
 	})
@@ -96,6 +109,110 @@ func MigrateDown(ctx context.Context, databaseURL string) error {
 		return fmt.Errorf("migrate down: %w", err)
 	}
 	return nil
+}
+
+// TableRows is a table and how many rows it holds, up to
+// maxCountedRows.
+type TableRows struct {
+	Table string
+	Rows  int
+}
+
+// maxCountedRows is where MigrateDown stops counting the rows of a table:
+// it need only know that there are some.
+const maxCountedRows = 1000
+
+// TablesNotEmptyError is MigrateDown refusing to revert a migration whose
+// down step drops tables that hold rows.
+type TablesNotEmptyError struct {
+	Version uint
+	Name    string
+	Tables  []TableRows // those that hold rows, in the order they are dropped
+}
+
+func (e *TablesNotEmptyError) Error() string {
+	tables := make([]string, len(e.Tables))
+	for i, t := range e.Tables {
+		switch {
+		case t.Rows >= maxCountedRows:
+			tables[i] = fmt.Sprintf("%s (%d+ rows)", t.Table, maxCountedRows)
+		case t.Rows == 1:
+			tables[i] = t.Table + " (1 row)"
+		default:
+			tables[i] = fmt.Sprintf("%s (%d rows)", t.Table, t.Rows)
+		}
+	}
+	return fmt.Sprintf("reverting migration %d (%s) would drop tables that hold rows: %s; nothing was changed (migrate down --force drops them)",
+		e.Version, e.Name, strings.Join(tables, ", "))
+}
+
+// checkDropsEmpty returns a *TablesNotEmptyError if a table that the down
+// step of version drops holds rows.
+func checkDropsEmpty(ctx context.Context, databaseURL string, version uint) error {
+	name, tables, err := droppedTables(version)
+	if err != nil {
+		return err
+	}
+	conn, err := pgx.Connect(ctx, databaseURL)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var full []TableRows
+	for _, table := range tables {
+		var exists bool
+		if err := conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&exists); err != nil {
+			return fmt.Errorf("look for table %s: %w", table, err)
+		}
+		if !exists {
+			continue // the step's DROP says what happens then
+		}
+		var n int
+		q := `SELECT count(*) FROM (SELECT FROM ` + pgx.Identifier{table}.Sanitize() + ` LIMIT ` + strconv.Itoa(maxCountedRows) + `) AS t`
+		if err := conn.QueryRow(ctx, q).Scan(&n); err != nil {
+			return fmt.Errorf("count rows of %s: %w", table, err)
+		}
+		if n > 0 {
+			full = append(full, TableRows{Table: table, Rows: n})
+		}
+	}
+	if len(full) > 0 {
+		return &TablesNotEmptyError{Version: version, Name: name, Tables: full}
+	}
+	return nil
+}
+
+// dropTable finds the DROP TABLE statements of a migration, whose SQL
+// sheba writes: one or more names, unqualified and unquoted, optionally
+// after IF EXISTS.
+var dropTable = regexp.MustCompile(`(?i)\bDROP\s+TABLE\s+(?:IF\s+EXISTS\s+)?([a-z_][a-z0-9_]*(?:\s*,\s*[a-z_][a-z0-9_]*)*)`)
+
+// droppedTables returns the name of migration version and the tables its
+// down step drops, in order, read from the embedded SQL.
+func droppedTables(version uint) (name string, tables []string, err error) {
+	src, err := iofs.New(migrations.FS, ".")
+	if err != nil {
+		return "", nil, fmt.Errorf("open embedded migrations: %w", err)
+	}
+	defer src.Close()
+	r, name, err := src.ReadDown(version)
+	if err != nil {
+		return "", nil, fmt.Errorf("read migration %d: %w", version, err)
+	}
+	defer r.Close()
+	sql, err := io.ReadAll(r)
+	if err != nil {
+		return "", nil, fmt.Errorf("read migration %d: %w", version, err)
+	}
+	for line := range strings.Lines(string(sql)) {
+		line, _, _ = strings.Cut(line, "--")
+		for _, m := range dropTable.FindAllStringSubmatch(line, -1) {
+			for t := range strings.SplitSeq(m[1], ",") {
+				tables = append(tables, strings.ToLower(strings.TrimSpace(t)))
+			}
+		}
+	}
+	return name, tables, nil
 }
 
 // MigrationStatus lists every embedded migration in version order and

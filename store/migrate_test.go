@@ -7,6 +7,7 @@ import (
 
 	"github.com/golang-migrate/migrate/v4"
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -73,7 +74,7 @@ func TestMigrations(t *testing.T) {
 
 	// Each MigrateDown reverts one step.
 	for n := all - 1; n >= 0; n-- {
-		if err := store.MigrateDown(ctx, dbURL); err != nil {
+		if err := store.MigrateDown(ctx, dbURL, false); err != nil {
 			t.Fatalf("MigrateDown to %d applied: %v", n, err)
 		}
 		checkStatus(t, dbURL, statesApplied(n))
@@ -81,7 +82,7 @@ func TestMigrations(t *testing.T) {
 	if n := tablesExisting(t, dbURL); n != 0 {
 		t.Errorf("after every MigrateDown: got %d of the tables %v, want none", n, schemaTables)
 	}
-	if err := store.MigrateDown(ctx, dbURL); err == nil {
+	if err := store.MigrateDown(ctx, dbURL, false); err == nil {
 		t.Error("MigrateDown with nothing applied: got nil, want an error")
 	}
 
@@ -103,6 +104,115 @@ func TestMigrations(t *testing.T) {
 	a := mustCreateAccount(t, s, "ada")
 	if _, err := s.CreateSubscription(ctx, a.ID, "pro"); err != nil {
 		t.Errorf("CreateSubscription on the re-migrated schema: %v", err)
+	}
+}
+
+// publicTables returns the tables of the database's public schema.
+func publicTables(tb testing.TB, dbURL string) map[string]bool {
+	tb.Helper()
+	conn, err := pgx.Connect(tb.Context(), dbURL)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer conn.Close(context.WithoutCancel(tb.Context()))
+	rows, _ := conn.Query(tb.Context(), `SELECT tablename FROM pg_tables WHERE schemaname = 'public'`)
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tables := map[string]bool{}
+	for _, n := range names {
+		tables[n] = true
+	}
+	return tables
+}
+
+// TestDroppedTablesMatchTheSQL reverts every migration and checks that the
+// tables MigrateDown reads from its down step, and so guards, are the ones
+// it drops.
+func TestDroppedTablesMatchTheSQL(t *testing.T) {
+	t.Parallel()
+	dbURL := storetest.NewDatabase(t)
+	for v := uint(len(migrationNames)); v >= 1; v-- {
+		name, guarded, err := store.DroppedTables(v)
+		if err != nil {
+			t.Fatalf("DroppedTables(%d): %v", v, err)
+		}
+		if name != migrationNames[v-1] {
+			t.Errorf("DroppedTables(%d): got name %q, want %q", v, name, migrationNames[v-1])
+		}
+		before := publicTables(t, dbURL)
+		if err := store.MigrateDown(t.Context(), dbURL, false); err != nil {
+			t.Fatalf("MigrateDown of %d on empty tables: %v", v, err)
+		}
+		after := publicTables(t, dbURL)
+		var dropped []string
+		for table := range before {
+			if !after[table] {
+				dropped = append(dropped, table)
+			}
+		}
+		if diff := cmp.Diff(dropped, guarded, cmpopts.SortSlices(func(a, b string) bool { return a < b })); diff != "" {
+			t.Errorf("migration %d %s: tables dropped (-dropped +guarded):\n%s", v, name, diff)
+		}
+	}
+}
+
+// TestMigrateDownKeepsRows checks that MigrateDown refuses to revert a
+// migration that would drop rows, naming the tables that hold them and
+// changing nothing, unless forced; a step that drops only empty tables
+// goes ahead.
+func TestMigrateDownKeepsRows(t *testing.T) {
+	t.Parallel()
+	dbURL := storetest.NewDatabase(t)
+	ctx := t.Context()
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := store.New(pool)
+	a := mustCreateAccount(t, s, "kept")
+	if _, err := s.CreateSubscription(ctx, a.ID, "pro"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateWebhookEndpoint(ctx, store.WebhookEndpoint{
+		Owner: "test", URL: "https://example.com/hook", EventTypes: []string{"account.created"}, Secret: "whsec_x",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	pool.Close()
+
+	for _, step := range []struct {
+		version uint
+		want    []store.TableRows // nil: reverted without force
+	}{
+		{3, []store.TableRows{{Table: "webhook_endpoints", Rows: 1}}},
+		{2, nil},
+		{1, []store.TableRows{{Table: "subscriptions", Rows: 1}, {Table: "accounts", Rows: 1}}},
+	} {
+		applied := int(step.version)
+		err := store.MigrateDown(ctx, dbURL, false)
+		if step.want == nil {
+			if err != nil {
+				t.Fatalf("MigrateDown of %d: %v", step.version, err)
+			}
+			checkStatus(t, dbURL, statesApplied(applied-1))
+			continue
+		}
+		var full *store.TablesNotEmptyError
+		if !errors.As(err, &full) {
+			t.Fatalf("MigrateDown of %d: got %v, want a TablesNotEmptyError", step.version, err)
+		}
+		if diff := cmp.Diff(&store.TablesNotEmptyError{Version: step.version, Name: migrationNames[applied-1], Tables: step.want}, full); diff != "" {
+			t.Errorf("MigrateDown of %d (-want +got):\n%s", step.version, diff)
+		}
+		t.Logf("MigrateDown of %d: %v", step.version, err)
+		checkStatus(t, dbURL, statesApplied(applied))
+
+		if err := store.MigrateDown(ctx, dbURL, true); err != nil {
+			t.Fatalf("MigrateDown of %d forced: %v", step.version, err)
+		}
+		checkStatus(t, dbURL, statesApplied(applied-1))
 	}
 }
 

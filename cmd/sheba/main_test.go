@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/shebasvc/sheba/e2e/shebaproc"
 	"github.com/shebasvc/sheba/gen/openapiv2"
@@ -103,6 +106,7 @@ func TestUsageErrors(t *testing.T) {
 		{"bad redis url", map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/db", "SHEBA_REDIS_URL": "http://:hunter2@cache"}, []string{"serve"}, "redis.url (SHEBA_REDIS_URL)"},
 		{"min above max", map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/db", "SHEBA_LIMITS_ADAPTIVE": "true", "SHEBA_LIMITS_MAX_INFLIGHT": "4"}, []string{"serve"}, "limits.min_inflight"},
 		{"bad migrate direction", nil, []string{"migrate", "sideways"}, "up, down or status"},
+		{"force without down", map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/db"}, []string{"migrate", "up", "--force"}, "--force is for migrate down only"},
 		{"apikey without id", nil, []string{"apikey", "new"}, "--id"},
 		{"apikey bad id", nil, []string{"apikey", "new", "--id", "Bad Id"}, "--id"},
 	} {
@@ -155,5 +159,56 @@ func TestServeMigrateAndSIGTERM(t *testing.T) {
 	}
 	if applied == 0 {
 		t.Errorf("migrate status lists nothing applied:\n%s", out)
+	}
+}
+
+// TestMigrateDownGuard checks that `migrate down` reverts a step whose
+// tables are empty, refuses one that would drop rows with a usage error
+// (exit 2) naming the tables and --force, changing nothing, and goes ahead
+// with --force.
+func TestMigrateDownGuard(t *testing.T) {
+	url := storetest.NewDatabase(t)
+	env := map[string]string{"DATABASE_URL": url}
+	applied := func() int {
+		out, err := runCmd(t, env, "migrate", "status")
+		if err != nil {
+			t.Fatalf("migrate status: %v", err)
+		}
+		return strings.Count(out, "applied")
+	}
+	// The webhook and idempotency tables are empty.
+	for range 2 {
+		if _, err := runCmd(t, env, "migrate", "down"); err != nil {
+			t.Fatalf("migrate down over empty tables: %v", err)
+		}
+	}
+	if n := applied(); n != 1 {
+		t.Fatalf("got %d migrations applied, want 1", n)
+	}
+	conn, err := pgx.Connect(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.WithoutCancel(t.Context()))
+	if _, err := conn.Exec(t.Context(), `INSERT INTO accounts (username, password_hash) VALUES ('kept', 'x'), ('also', 'y')`); err != nil {
+		t.Fatal(err)
+	}
+
+	_, err = runCmd(t, env, "migrate", "down")
+	var uerr *usageError
+	if !errors.As(err, &uerr) {
+		t.Fatalf("migrate down over rows: got %v, want a usage error", err)
+	}
+	if msg := err.Error(); strings.Contains(msg, "\n") || !strings.Contains(msg, "accounts (2 rows)") || !strings.Contains(msg, "--force") {
+		t.Errorf("migrate down over rows: got %q, want one line naming accounts and --force", msg)
+	}
+	if n := applied(); n != 1 {
+		t.Errorf("after the refusal: got %d migrations applied, want 1", n)
+	}
+	if _, err := runCmd(t, env, "migrate", "down", "--force"); err != nil {
+		t.Fatalf("migrate down --force: %v", err)
+	}
+	if n := applied(); n != 0 {
+		t.Errorf("after migrate down --force: got %d migrations applied, want 0", n)
 	}
 }

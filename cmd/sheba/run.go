@@ -23,8 +23,10 @@ import (
 
 const usage = `usage:
   sheba serve [--config FILE] [--migrate]   run the service
-  sheba migrate up|down|status [--config FILE]
-                                            apply, revert one step, or list migrations
+  sheba migrate up|down|status [--config FILE] [--force]
+                                            apply, revert one step, or list migrations;
+                                            down refuses to drop tables that hold rows
+                                            unless --force
   sheba openapi                             print the OpenAPI document
   sheba config check [--config FILE]        validate the configuration, connect nowhere
   sheba apikey new --id NAME                print a new API key and its config entry
@@ -144,6 +146,7 @@ func serve(ctx context.Context, args []string, lookup func(string) (string, bool
 func migrate(ctx context.Context, args []string, lookup func(string) (string, bool), stdout io.Writer) error {
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
 	configPath := fs.String("config", "", "config file")
+	force := fs.Bool("force", false, "migrate down: drop tables that hold rows")
 	// The direction may come before or after the flags.
 	var direction string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
@@ -160,6 +163,9 @@ func migrate(ctx context.Context, args []string, lookup func(string) (string, bo
 	if direction != "up" && direction != "down" && direction != "status" {
 		return usagef("migrate: want up, down or status, got %q", direction)
 	}
+	if *force && direction != "down" {
+		return usagef("migrate: --force is for migrate down only")
+	}
 	cfg, err := loadConfig(*configPath, lookup)
 	if err != nil {
 		return err
@@ -169,7 +175,13 @@ func migrate(ctx context.Context, args []string, lookup func(string) (string, bo
 	case "up":
 		return store.MigrateUp(ctx, url)
 	case "down":
-		return store.MigrateDown(ctx, url)
+		err := store.MigrateDown(ctx, url, *force)
+		// Not a failure: the command needs --force to go ahead.
+		var full *store.TablesNotEmptyError
+		if errors.As(err, &full) {
+			return usagef("%v", err)
+		}
+		return err
 	}
 	states, err := store.MigrationStatus(ctx, url)
 	if err != nil {

@@ -1,0 +1,4 @@
+package store
+
+// DroppedTables is droppedTables, for the tests of package store_test.
+var DroppedTables = droppedTables

@@ -125,6 +125,10 @@ func checkAPIRules(objs objects, r *report) {
 	for _, a := range objs.accounts {
 		meta("ServiceAccount", a.ObjectMeta, false)
 	}
+	for _, np := range objs.netpols {
+		meta("NetworkPolicy", np.ObjectMeta, false)
+		checkNetworkPolicyRules(np, r)
+	}
 	for _, p := range objs.pdbs {
 		o := object{"PodDisruptionBudget", p.Name}
 		meta(o.kind, p.ObjectMeta, false)
@@ -282,6 +286,7 @@ func (c checker) checkSheba(ctx context.Context, objs objects, complete bool, r 
 	}
 	checkProbes(dep, ctr, r)
 	checkMemLimit(dep, ctr, r)
+	checkNetworkPolicies(dep, ctr, podLabels, objs.netpols, r)
 
 	var jobLabels []labels.Set
 	for _, j := range objs.jobs {

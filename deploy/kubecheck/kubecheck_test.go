@@ -21,6 +21,7 @@ func TestKubecheck(t *testing.T) {
 		want     string // in stdout when 0, in stderr otherwise
 	}{
 		{"../kubernetes", 0, "readinessProbe grpc → 9090"},
+		{"../kubernetes", 0, "NetworkPolicy sheba selects the pods of Deployment sheba: ingress to http 8080, grpc 9090"},
 		{"testdata/ok-exec-readiness", 0, "readinessProbe exec grpc_health_probe → 9090"},
 		{"testdata/broken-unknown-field", 1, `unknown field "periodSecond"`},
 		{"testdata/broken-wrong-type", 1, "cannot unmarshal string into Go struct field DeploymentSpec.spec.replicas of type int32"},
@@ -33,8 +34,11 @@ func TestKubecheck(t *testing.T) {
 		{"testdata/broken-writable-root", 1, "readOnlyRootFilesystem must be true"},
 		{"testdata/broken-liveness-readyz", 1, "livenessProbe must be httpGet /livez"},
 		{"testdata/broken-job-image", 1, `Job sheba-migrate: image "localhost/sheba:old" differs`},
+		{"testdata/broken-netpol-selector", 1, "Deployment sheba: no NetworkPolicy selects its pods"},
+		{"testdata/broken-netpol-metadata", 1, "lets its pods reach the metadata address 169.254.169.254"},
+		{"testdata/broken-netpol-ingress", 1, "no NetworkPolicy ingress rule reaches container port grpc 9090"},
 	} {
-		t.Run(filepath.Base(test.dir), func(t *testing.T) {
+		t.Run(filepath.Base(test.dir)+": "+test.want, func(t *testing.T) {
 			t.Parallel()
 			var stdout, stderr bytes.Buffer
 			code := run(t.Context(), []string{"-sheba", sheba, "-modfile", "../../tools/go.mod", test.dir}, &stdout, &stderr)
@@ -86,3 +90,4 @@ func TestParseGoBytes(t *testing.T) {
 		}
 	}
 }
+

@@ -15,6 +15,7 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
@@ -50,6 +51,7 @@ type objects struct {
 	pdbs        []*policyv1.PodDisruptionBudget
 	hpas        []*autoscalingv2.HorizontalPodAutoscaler
 	accounts    []*corev1.ServiceAccount
+	netpols     []*networkingv1.NetworkPolicy
 }
 
 // object names one rendered object.
@@ -68,6 +70,7 @@ var kinds = map[[2]string]func() any{
 	{"batch/v1", "Job"}:                           func() any { return new(batchv1.Job) },
 	{"policy/v1", "PodDisruptionBudget"}:          func() any { return new(policyv1.PodDisruptionBudget) },
 	{"autoscaling/v2", "HorizontalPodAutoscaler"}: func() any { return new(autoscalingv2.HorizontalPodAutoscaler) },
+	{"networking.k8s.io/v1", "NetworkPolicy"}:     func() any { return new(networkingv1.NetworkPolicy) },
 }
 
 // decode splits the rendered YAML into objects and decodes each strictly:
@@ -126,6 +129,8 @@ func decode(rendered []byte) (objects, []string, error) {
 			objs.hpas = append(objs.hpas, v)
 		case *corev1.ServiceAccount:
 			objs.accounts = append(objs.accounts, v)
+		case *networkingv1.NetworkPolicy:
+			objs.netpols = append(objs.netpols, v)
 		}
 	}
 	return objs, problems, nil

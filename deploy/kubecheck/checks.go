@@ -286,6 +286,7 @@ func (c checker) checkSheba(ctx context.Context, objs objects, complete bool, r 
 	}
 	checkProbes(dep, ctr, r)
 	checkMemLimit(dep, ctr, r)
+	checkPagingSecret(dep, ctr, r)
 	checkNetworkPolicies(dep, ctr, podLabels, objs.netpols, r)
 
 	var jobLabels []labels.Set

@@ -19,7 +19,8 @@ import (
 // which are not in the repository: they let the config be checked as it
 // will run. Other Secret-sourced variables are left unset.
 var standIns = map[string]string{
-	"DATABASE_URL": "postgres://stand-in@localhost:5432/sheba",
+	"DATABASE_URL":        "postgres://stand-in@localhost:5432/sheba",
+	"SHEBA_PAGING_SECRET": strings.Repeat("5ca1ab1e", 8),
 }
 
 // checkConfig finds the config file a container reads (SHEBA_CONFIG, in a
@@ -33,6 +34,7 @@ func (c checker) checkConfig(ctx context.Context, o object, spec corev1.PodSpec,
 		return config.Config{}, false
 	}
 	env, unset := containerEnv(ctr, objs)
+	checkDevKey(o, ctr.Name, file, env, r)
 
 	tmp, err := os.CreateTemp("", "sheba-config-*.yaml")
 	if err != nil {

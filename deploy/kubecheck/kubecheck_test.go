@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,6 +25,7 @@ func TestKubecheck(t *testing.T) {
 	}{
 		{"../kubernetes", 0, "readinessProbe grpc → 9090"},
 		{"../kubernetes", 0, "NetworkPolicy sheba selects the pods of Deployment sheba: ingress to http 8080, grpc 9090"},
+		{"../kubernetes", 0, "SHEBA_PAGING_SECRET comes from Secret sheba key paging-secret, required"},
 		{"testdata/ok-exec-readiness", 0, "readinessProbe exec grpc_health_probe → 9090"},
 		{"testdata/broken-unknown-field", 1, `unknown field "periodSecond"`},
 		{"testdata/broken-wrong-type", 1, "cannot unmarshal string into Go struct field DeploymentSpec.spec.replicas of type int32"},
@@ -37,6 +41,10 @@ func TestKubecheck(t *testing.T) {
 		{"testdata/broken-netpol-selector", 1, "Deployment sheba: no NetworkPolicy selects its pods"},
 		{"testdata/broken-netpol-metadata", 1, "lets its pods reach the metadata address 169.254.169.254"},
 		{"testdata/broken-netpol-ingress", 1, "no NetworkPolicy ingress rule reaches container port grpc 9090"},
+		{"testdata/broken-paging-optional", 1, "SHEBA_PAGING_SECRET's secretKeyRef must not be optional"},
+		{"testdata/broken-paging-absent", 1, "container sheba has no SHEBA_PAGING_SECRET from a Secret"},
+		{"testdata/broken-dev-key-config", 1, "key config.yaml holds the development API key's hash"},
+		{"testdata/broken-dev-key-env", 1, `container "sheba": SHEBA_AUTH_KEYS holds the development API key's hash`},
 	} {
 		t.Run(filepath.Base(test.dir)+": "+test.want, func(t *testing.T) {
 			t.Parallel()
@@ -91,3 +99,18 @@ func TestParseGoBytes(t *testing.T) {
 	}
 }
 
+// TestDevKeySHA256 checks that the hash kubecheck refuses is the one of
+// config/dev.yaml, and of the key the docs print.
+func TestDevKeySHA256(t *testing.T) {
+	sum := sha256.Sum256([]byte("sheba-dev-key-not-a-secret"))
+	if got := hex.EncodeToString(sum[:]); got != devKeySHA256 {
+		t.Errorf("sha256 of the documented key: got %s, want devKeySHA256 %s", got, devKeySHA256)
+	}
+	dev, err := os.ReadFile("../../config/dev.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(dev), `sha256: "`+devKeySHA256+`"`) {
+		t.Errorf("config/dev.yaml does not hold the key hash %s", devKeySHA256)
+	}
+}

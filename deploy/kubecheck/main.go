@@ -13,8 +13,10 @@
 //     PodDisruptionBudget and the HPA reach the Deployment's pods; the
 //     migration Job runs `migrate up` on the same image; every container
 //     runs as non-root on a read-only root with no capabilities and has
-//     requests and limits; a NetworkPolicy selects the pods, lets ingress
-//     reach their ports and egress reach no cloud metadata address.
+//     requests and limits; paging.secret comes from a Secret, required;
+//     no config file or variable holds the development key's hash; a
+//     NetworkPolicy selects the pods, lets ingress reach their ports and
+//     egress reach no cloud metadata address.
 //
 // Usage, from the repository's root (make deploy-check does this):
 //

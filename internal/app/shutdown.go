@@ -61,8 +61,8 @@ func cutReserve(d time.Duration) time.Duration { return min(d/10, time.Second) }
 // webhook runner takes no more jobs; the drain delay passes; the streams
 // end; both servers stop accepting and let the requests in flight finish;
 // then the reaper and the health checker stop, and the pools, the Redis
-// client and the tracer's flush follow (close). When the bound but its
-// cutReserve has passed, whatever still runs is cut: the servers close
+// client and the tracer's flush follow (close). Once all the bound but
+// its cutReserve has passed, whatever still runs is cut: the servers close
 // their connections, which ends the requests' contexts and so their
 // queries, a cancel request goes to every database connection, and what
 // has not returned by the end of the bound is left to the process's exit.

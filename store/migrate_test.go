@@ -177,7 +177,7 @@ func TestMigrateDownKeepsRows(t *testing.T) {
 	}
 	if _, err := s.CreateWebhookEndpoint(ctx, store.WebhookEndpoint{
 		Owner: "test", URL: "https://example.com/hook", EventTypes: []string{"account.created"}, Secret: "whsec_x",
-	}); err != nil {
+	}, 1); err != nil {
 		t.Fatal(err)
 	}
 	pool.Close()

@@ -2,6 +2,7 @@ package reason
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -256,6 +257,46 @@ func ValidUTF8(s string) string {
 		return s
 	}
 	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
+// MaxQuoted is the most bytes of text taken from a request that an error
+// message quotes (docs/api.md#errors): an unknown field name, a bad value,
+// a header. Longer text is cut, so that no error answer grows with what was
+// sent.
+const MaxQuoted = 256
+
+// Quote returns s quoted as %q quotes it (so bytes that are not UTF-8 are
+// escaped), cut to its first MaxQuoted bytes; a cut is marked by "…" after
+// the closing quote. Text from a request that a step puts in an error
+// message goes through it.
+func Quote(s string) string {
+	if len(s) <= MaxQuoted {
+		return strconv.Quote(s)
+	}
+	return strconv.Quote(s[:cut(s)]) + "…"
+}
+
+// Clip returns s cut to its first MaxQuoted bytes, "…" marking a cut: for a
+// message a library made from the request (a decoder's, grpc-gateway's),
+// whose quotes sheba does not make. It does not make s valid UTF-8
+// (ValidUTF8 does).
+func Clip(s string) string {
+	if len(s) <= MaxQuoted {
+		return s
+	}
+	return s[:cut(s)] + "…"
+}
+
+// cut returns where to cut s, longer than MaxQuoted: at MaxQuoted bytes, or
+// a little before, at the start of the rune that would have been split.
+func cut(s string) int {
+	n := MaxQuoted
+	for i := n; i > n-utf8.UTFMax && i > 0; i-- {
+		if utf8.RuneStart(s[i]) {
+			return i
+		}
+	}
+	return n
 }
 
 // mustAny wraps a detail that always marshals (no strings from a request).

@@ -2,6 +2,7 @@ package reason_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -130,6 +131,30 @@ func TestCompleteError(t *testing.T) {
 			}
 			if !errors.Is(got, got) || errors.Is(got, reason.Error(codes.Internal, reason.Internal, "other")) {
 				t.Errorf("errors.Is: a status error must match itself and only its own status")
+			}
+		})
+	}
+}
+
+func TestQuoteAndClip(t *testing.T) {
+	long := strings.Repeat("a", reason.MaxQuoted+10)
+	// A three-byte rune across the cut is left out whole.
+	split := strings.Repeat("a", reason.MaxQuoted-1) + "€" + "tail"
+	for _, test := range []struct {
+		name, in, quote, clip string
+	}{
+		{"short", "name", `"name"`, "name"},
+		{"exactly the limit", long[:reason.MaxQuoted], `"` + long[:reason.MaxQuoted] + `"`, long[:reason.MaxQuoted]},
+		{"long", long, `"` + long[:reason.MaxQuoted] + `"…`, long[:reason.MaxQuoted] + "…"},
+		{"rune at the cut", split, `"` + split[:reason.MaxQuoted-1] + `"…`, split[:reason.MaxQuoted-1] + "…"},
+		{"not UTF-8", "\xff", `"\xff"`, "\xff"},
+	} {
+		t.Run(test.name, func(t *testing.T) {
+			if got := reason.Quote(test.in); got != test.quote {
+				t.Errorf("Quote: got %q, want %q", got, test.quote)
+			}
+			if got := reason.Clip(test.in); got != test.clip {
+				t.Errorf("Clip: got %q, want %q", got, test.clip)
 			}
 		})
 	}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -140,19 +139,50 @@ func (a *Authenticator) lookup(key string) *Key {
 	return &a.keys[found]
 }
 
-// keyFromMetadata reads the key from x-api-key, else from a Bearer
-// authorization.
+// Known reports whether the credentials hold a configured key, read as
+// Authenticate reads them: apiKey and authorization are the first values of
+// x-api-key and authorization. Unlike Authenticate it counts no rejection:
+// it is for a guard in front of the chain (the REST gateway checks the key
+// from the headers before it reads a body), whose call the chain then
+// authenticates, and rejects and counts if need be.
+func (a *Authenticator) Known(apiKey, authorization string) bool {
+	key, err := keyFrom(apiKey, authorization)
+	return err == nil && a.lookup(key) != nil
+}
+
+// Public reports whether method (a full method name) is callable without a
+// key.
+func (a *Authenticator) Public(method string) bool { return a.public[method] }
+
+// keyFromMetadata reads the key from the first x-api-key, else from the
+// first authorization.
 func keyFromMetadata(ctx context.Context) (string, error) {
 	// ValueFromIncomingContext reads one key without copying all metadata.
-	if v := metadata.ValueFromIncomingContext(ctx, MetadataKey); len(v) > 0 && v[0] != "" {
-		return v[0], nil
+	return keyFrom(first(metadata.ValueFromIncomingContext(ctx, MetadataKey)), first(metadata.ValueFromIncomingContext(ctx, AuthorizationKey)))
+}
+
+func first(v []string) string {
+	if len(v) == 0 {
+		return ""
 	}
-	if v := metadata.ValueFromIncomingContext(ctx, AuthorizationKey); len(v) == 0 || v[0] == "" {
+	return v[0]
+}
+
+// keyFrom reads the key from apiKey, else from authorization as "Bearer
+// <key>" (the scheme in any case, as go-grpc-middleware's auth.AuthFromMD
+// reads it; that reads only from a context, which the gateway's guard has
+// not yet made).
+func keyFrom(apiKey, authorization string) (string, error) {
+	if apiKey != "" {
+		return apiKey, nil
+	}
+	if authorization == "" {
 		return "", errMissing
 	}
-	key, err := auth.AuthFromMD(ctx, "bearer")
-	if err != nil || strings.TrimSpace(key) == "" {
+	scheme, token, found := strings.Cut(authorization, " ")
+	key := strings.TrimSpace(token)
+	if !found || !strings.EqualFold(scheme, "bearer") || key == "" {
 		return "", errMalformed
 	}
-	return strings.TrimSpace(key), nil
+	return key, nil
 }

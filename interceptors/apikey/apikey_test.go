@@ -89,6 +89,56 @@ func TestAuthenticate(t *testing.T) {
 	}
 }
 
+// TestKnown checks that Known, which the REST gateway asks before it reads
+// a body, finds a key where Authenticate finds one and nowhere else, and
+// counts no rejection.
+func TestKnown(t *testing.T) {
+	const private, public = "/sheba.v1.AccountService/GetAccount", "/sheba.v1.PingService/Ping"
+	var rejected int
+	a := apikey.New([]apikey.Key{mustKey(t, "billing", "key-one")}, []string{public},
+		apikey.WithOnReject(func(context.Context) { rejected++ }))
+	for _, test := range []struct {
+		name, apiKey, authorization string
+		want                        bool
+	}{
+		{"x-api-key", "key-one", "", true},
+		{"bearer", "", "Bearer key-one", true},
+		{"bearer lower case, spaces", "", "bearer  key-one ", true},
+		{"x-api-key first", "key-two", "Bearer key-one", false},
+		{"empty x-api-key, then bearer", "", "Bearer key-one", true},
+		{"missing", "", "", false},
+		{"wrong key", "key-two", "", false},
+		{"basic scheme", "", "Basic a2V5LW9uZQ==", false},
+		{"bearer without key", "", "Bearer ", false},
+		{"no scheme", "", "key-one", false},
+	} {
+		t.Run(test.name, func(t *testing.T) {
+			if got := a.Known(test.apiKey, test.authorization); got != test.want {
+				t.Errorf("Known(%q, %q): got %v, want %v", test.apiKey, test.authorization, got, test.want)
+			}
+			var md []string
+			if test.apiKey != "" {
+				md = append(md, "x-api-key", test.apiKey)
+			}
+			if test.authorization != "" {
+				md = append(md, "authorization", test.authorization)
+			}
+			_, err := a.Authenticate(methodContext(private, md...))
+			if authenticated := err == nil; authenticated != test.want {
+				t.Errorf("Authenticate: got %v, but Known says %v", err, test.want)
+			}
+		})
+	}
+	before := rejected
+	a.Known("nope", "")
+	if rejected != before {
+		t.Errorf("Known counted %d rejections, want none", rejected-before)
+	}
+	if !a.Public(public) || a.Public(private) {
+		t.Errorf("Public: got %v for %s and %v for %s, want true and false", a.Public(public), public, a.Public(private), private)
+	}
+}
+
 func TestParseKey(t *testing.T) {
 	for _, bad := range []string{"", "abc", "zz" + hex.EncodeToString(make([]byte, 31))} {
 		if _, err := apikey.ParseKey("x", bad); err == nil {

@@ -11,7 +11,10 @@
 // auth.AuthFunc: wire it with auth.UnaryServerInterceptor. It must sit before
 // anything that uses the caller identity (per-key rate limits, metrics
 // labels). Methods listed as public skip the key check: they answer without
-// a key, and a valid key still identifies its caller.
+// a key, and a valid key still identifies its caller. Known and Public ask
+// the same check without a call and without counting a rejection, for a
+// guard in front of the chain: the REST gateway reads no body of a call
+// that the chain will refuse.
 //
 // Codes: Unauthenticated for a missing key (reason API_KEY_MISSING), and for
 // a malformed or unknown one (API_KEY_INVALID).

@@ -14,15 +14,20 @@ import (
 	"github.com/shebasvc/sheba/interceptors/apikey"
 )
 
-// The configuration holds only the SHA-256 of each key; the Authenticator
-// plugs into go-grpc-middleware's auth interceptor.
-func Example() {
+// billingAuthenticator accepts one key, of the caller billing: the
+// configuration holds only its SHA-256. Ping is public.
+func billingAuthenticator() *apikey.Authenticator {
 	sum := sha256.Sum256([]byte("secret-key-of-billing"))
 	key, err := apikey.ParseKey("billing", hex.EncodeToString(sum[:]))
 	if err != nil {
 		panic(err)
 	}
-	authn := apikey.New([]apikey.Key{key}, []string{"/sheba.v1.PingService/Ping"})
+	return apikey.New([]apikey.Key{key}, []string{"/sheba.v1.PingService/Ping"})
+}
+
+// The Authenticator plugs into go-grpc-middleware's auth interceptor.
+func Example() {
+	authn := billingAuthenticator()
 	interceptor := auth.UnaryServerInterceptor(authn.Authenticate)
 
 	handler := func(ctx context.Context, _ any) (any, error) {
@@ -44,6 +49,17 @@ func Example() {
 	// caller billing OK
 	// <nil> Unauthenticated
 	// <nil> Unauthenticated
+}
+
+// A guard in front of the chain asks whether a call will pass before it
+// does any work for it; the chain still decides, and counts the rejection.
+func ExampleAuthenticator_Known() {
+	authn := billingAuthenticator()
+	fmt.Println(authn.Known("secret-key-of-billing", ""), authn.Known("", "Bearer secret-key-of-billing"), authn.Known("guessed", ""))
+	fmt.Println(authn.Public("/sheba.v1.PingService/Ping"), authn.Public("/sheba.v1.AccountService/CreateAccount"))
+	// Output:
+	// true true false
+	// true false
 }
 
 // stream is the server transport stream a real call has; grpc.Method reads

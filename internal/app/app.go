@@ -182,6 +182,9 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 		MaxConcurrentBodies: cfg.HTTP.MaxConcurrentBodies,
 		CompressMinBytes:    cfg.Compression.MinBytes,
 		TracerProvider:      tp,
+		// The chain's own key check, so that REST reads no body the chain
+		// would refuse.
+		Authenticator: authn,
 	})
 	if err != nil {
 		return err

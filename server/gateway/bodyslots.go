@@ -15,13 +15,15 @@ import (
 
 // The body slots: at most http.max_concurrent_bodies request bodies are read
 // and decoded at once (docs/operations.md#slow-clients). Bodies are read
-// before the API key is checked, so without this bound every open
-// connection could hold a body buffer (and a decompressor) of its own; with
-// it, that memory is bounded by the slots, and the read deadline
-// (http.read_timeout) bounds how long a slow client holds one. A request
-// that finds no free slot waits up to bodySlotWait, then is answered 429
-// with Retry-After: the load is shed at once rather than queued without
-// bound, as the concurrency limit does for handlers.
+// before the chain runs, so without this bound every open connection could
+// hold a body buffer (and a decompressor) of its own; with it, that memory
+// is bounded by the slots, and the read deadline (http.read_timeout) bounds
+// how long a slow client holds one. Only requests with a valid key (or to a
+// public method) take a slot: the others have lost their body by then
+// (keycheck.go), so callers without a key cannot hold the slots that keyed
+// callers need. A request that finds no free slot waits up to bodySlotWait,
+// then is answered 429 with Retry-After: the load is shed at once rather
+// than queued without bound, as the concurrency limit does for handlers.
 
 // bodySlotWait is how long a request waits for a body slot: long enough for
 // a burst of ordinary bodies (read in microseconds) to pass, short enough

@@ -12,6 +12,10 @@
 //   - the request's HTTP server span, when tracing is on (tracing.go);
 //   - Vary: Accept, and the choice between JSON and CBOR by Accept
 //     (accept.go);
+//   - the key before the body: a request to a method that needs an API
+//     key, without a valid one, goes on without its body, which no guard
+//     below then reads or waits for, and the chain answers it 401
+//     (keycheck.go);
 //   - 415 for a body of a type other than JSON or CBOR (accept.go);
 //   - 400 for an Idempotency-Key holding a byte that gRPC metadata cannot
 //     carry, which the gateway would drop (idempotencykey.go, by the

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 
@@ -34,6 +35,11 @@ type Options struct {
 	// once; a request that finds none free within a second is answered
 	// 429.
 	MaxConcurrentBodies int
+	// Authenticator is the chain's API-key check, asked before a body is
+	// read: a request to a method that needs a key, without a valid one,
+	// goes on without its body, which the chain then refuses (401).
+	// Required.
+	Authenticator Authenticator
 	// CompressMinBytes is the smallest answer that is compressed for a
 	// client that accepts gzip or zstd.
 	CompressMinBytes int
@@ -45,12 +51,39 @@ type Options struct {
 // New returns the REST handler of the sheba.v1 API: grpc-gateway's mux
 // calling the services over conn (a Channel, so that every call passes the
 // interceptor chain), behind the HTTP guards that the package comment lists
-// in their order: Accept negotiation between JSON and CBOR, 415 for a type
-// it cannot decode, 400 for an Idempotency-Key it cannot pass on, 413 for a
-// body over the limit, at most MaxConcurrentBodies bodies read at once,
-// request decompression and answer compression.
+// in their order: Accept negotiation between JSON and CBOR, the key before
+// the body, 415 for a type it cannot decode, 400 for an Idempotency-Key it
+// cannot pass on, 413 for a body over the limit, at most
+// MaxConcurrentBodies bodies read at once, request decompression and answer
+// compression.
 func New(ctx context.Context, conn grpc.ClientConnInterface, o Options) (http.Handler, error) {
-	routes, err := newRouteTable(openapiv2.Document)
+	if o.Authenticator == nil {
+		return nil, errors.New("gateway: no Authenticator: the key must be checked before a body is read")
+	}
+	// The services of the REST routes, each with its registration on the
+	// mux.
+	services := []struct {
+		desc     *grpc.ServiceDesc
+		register func(*runtime.ServeMux) error
+	}{
+		{&shebav1.PingService_ServiceDesc, func(gw *runtime.ServeMux) error {
+			return shebav1.RegisterPingServiceHandlerClient(ctx, gw, shebav1.NewPingServiceClient(conn))
+		}},
+		{&shebav1.AccountService_ServiceDesc, func(gw *runtime.ServeMux) error {
+			return shebav1.RegisterAccountServiceHandlerClient(ctx, gw, shebav1.NewAccountServiceClient(conn))
+		}},
+		{&shebav1.SubscriptionService_ServiceDesc, func(gw *runtime.ServeMux) error {
+			return shebav1.RegisterSubscriptionServiceHandlerClient(ctx, gw, shebav1.NewSubscriptionServiceClient(conn))
+		}},
+		{&shebav1.WebhookService_ServiceDesc, func(gw *runtime.ServeMux) error {
+			return shebav1.RegisterWebhookServiceHandlerClient(ctx, gw, shebav1.NewWebhookServiceClient(conn))
+		}},
+	}
+	descs := make([]*grpc.ServiceDesc, len(services))
+	for i, svc := range services {
+		descs[i] = svc.desc
+	}
+	routes, err := newRouteTable(openapiv2.Document, descs...)
 	if err != nil {
 		return nil, err
 	}
@@ -86,21 +119,8 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, o Options) (http.Ha
 		// A form-encoded POST is not a GET in disguise: it is answered 415.
 		runtime.WithDisablePathLengthFallback(),
 	)
-	for _, register := range []func() error{
-		func() error {
-			return shebav1.RegisterPingServiceHandlerClient(ctx, gw, shebav1.NewPingServiceClient(conn))
-		},
-		func() error {
-			return shebav1.RegisterAccountServiceHandlerClient(ctx, gw, shebav1.NewAccountServiceClient(conn))
-		},
-		func() error {
-			return shebav1.RegisterSubscriptionServiceHandlerClient(ctx, gw, shebav1.NewSubscriptionServiceClient(conn))
-		},
-		func() error {
-			return shebav1.RegisterWebhookServiceHandlerClient(ctx, gw, shebav1.NewWebhookServiceClient(conn))
-		},
-	} {
-		if err := register(); err != nil {
+	for _, svc := range services {
+		if err := svc.register(gw); err != nil {
 			return nil, fmt.Errorf("register gateway handler: %w", err)
 		}
 	}
@@ -127,6 +147,7 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, o Options) (http.Ha
 		// The answer is JSON or CBOR by Accept: caches must key on it.
 		w.Header().Add("Vary", "Accept")
 		negotiateAccept(r.Header)
+		r = keyBeforeBody(o.Authenticator, routes, r)
 		if unsupportedType(gw, w, r) || badIdempotencyKey(gw, w, r) {
 			return
 		}

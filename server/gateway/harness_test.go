@@ -1,7 +1,8 @@
 package gateway_test
 
 import (
-	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"io"
 	"log/slog"
 	"net/http"
@@ -9,15 +10,16 @@ import (
 	"os"
 	"testing"
 
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
 	"github.com/jackc/pgx/v5/pgxpool"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
 	"github.com/shebasvc/sheba/config"
 	"github.com/shebasvc/sheba/e2e/resttest"
 	"github.com/shebasvc/sheba/e2e/shebaproc"
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
+	"github.com/shebasvc/sheba/interceptors/apikey"
 	"github.com/shebasvc/sheba/server"
 	"github.com/shebasvc/sheba/server/gateway"
 	"github.com/shebasvc/sheba/store"
@@ -26,10 +28,13 @@ import (
 
 // The gateway's rules are tested here over HTTP, against the gateway as
 // internal/app builds it, but small: the real services on a database of the
-// test's own, on a Channel without a chain, behind gateway.New and
-// gateway.Handler, served on 127.0.0.1. No rule tested here needs a link of
-// the chain: the services' errors carry their ErrorInfo already. What needs
-// the API key, the chain or both transports is tested in e2e.
+// test's own, on a Channel whose chain is the API-key check alone, behind
+// gateway.New and gateway.Handler, served on 127.0.0.1. The key check is
+// the one link a rule of the gateway meets (the key before the body); by
+// default every method is public, so the other rules are tested without a
+// key, and withKey makes every method but Ping need testKey. No other link
+// is needed: the services' errors carry their ErrorInfo already. What needs
+// the rest of the chain or both transports is tested in e2e.
 
 func TestMain(m *testing.M) {
 	os.Exit(storetest.Run(m))
@@ -38,9 +43,19 @@ func TestMain(m *testing.M) {
 // unknownID is an account id no test creates.
 const unknownID = "00000000-0000-4000-8000-000000000000"
 
-// direct is the Channel's chain: the handler at once.
-func direct(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	return handler(ctx, req)
+// testKey is the key withKey makes every method but Ping need.
+const testKey = "gateway-test-key-0123456789abcdef"
+
+// withKey makes every method but Ping need testKey, in the gateway's check
+// and in the chain's.
+func withKey(t testing.TB) func(*gateway.Options) {
+	sum := sha256.Sum256([]byte(testKey))
+	key, err := apikey.ParseKey("test", hex.EncodeToString(sum[:]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	authn := apikey.New([]apikey.Key{key}, config.Default().Auth.Public)
+	return func(o *gateway.Options) { o.Authenticator = authn }
 }
 
 // testGateway is a gateway being served, and what its test looks at.
@@ -71,18 +86,22 @@ func newTestGateway(t testing.TB, adjust ...func(*gateway.Options)) *testGateway
 	if err != nil {
 		t.Fatalf("server.New: %v", err)
 	}
-	channel := gateway.NewChannel(direct)
-	services.Register(channel)
-
 	cfg := config.Default()
 	opts := gateway.Options{
 		MaxBodyBytes:        cfg.HTTP.MaxBodyBytes,
 		MaxConcurrentBodies: cfg.HTTP.MaxConcurrentBodies,
 		CompressMinBytes:    cfg.Compression.MinBytes,
+		Authenticator:       apikey.New(nil, server.Methods()),
 	}
 	for _, a := range adjust {
 		a(&opts)
 	}
+	authn, ok := opts.Authenticator.(*apikey.Authenticator)
+	if !ok {
+		t.Fatalf("Authenticator %T: the test chain needs an *apikey.Authenticator", opts.Authenticator)
+	}
+	channel := gateway.NewChannel(auth.UnaryServerInterceptor(authn.Authenticate))
+	services.Register(channel)
 	rest, err := gateway.New(t.Context(), channel, opts)
 	if err != nil {
 		t.Fatalf("gateway.New: %v", err)

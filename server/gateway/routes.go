@@ -9,14 +9,17 @@ import (
 	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
 	"github.com/shebasvc/sheba/interceptors/reason"
 )
 
-// routeTable knows the methods of every REST path, read from the generated
-// OpenAPI document, to answer 405 with an Allow header: the gateway knows
-// that a path exists under another method but does not say which.
+// routeTable knows the REST routes, read from the generated OpenAPI
+// document: the methods of every path, to answer 405 with an Allow header
+// (the gateway knows that a path exists under another method but does not
+// say which), and the gRPC method of each route, for the key check that
+// comes before the body is read (keycheck.go).
 type routeTable struct {
 	routes []route
 }
@@ -25,22 +28,48 @@ type route struct {
 	template string   // as in the OpenAPI document: /v1/accounts/{accountId}
 	segments []string // "{name}" matches any one segment
 	method   string
+	rpc      string // the full gRPC method: /sheba.v1.AccountService/GetAccount
 }
 
-func newRouteTable(doc string) (*routeTable, error) {
+// newRouteTable reads the routes of doc, each the operation of one method
+// of services. grpc-gateway names the gRPC method of a route
+// (runtime.RPCMethod) only inside its mux, after it has matched the route
+// and right before it decodes the body; the key check must know it
+// earlier, before the guards that answer for the body (415, 413) and the
+// body slots. The route table of the 405s already holds every route, and
+// protoc-gen-openapiv2 names each operation Service_Method (its default
+// operation ids), so the services' descriptions turn the name into the
+// full method: no second list of routes to keep. An operation of no known
+// method is an error here, and a test checks every route against the
+// method the mux calls (TestRouteMethods).
+func newRouteTable(doc string, services ...*grpc.ServiceDesc) (*routeTable, error) {
 	var d struct {
-		Paths map[string]map[string]json.RawMessage `json:"paths"`
+		Paths map[string]map[string]struct {
+			OperationID string `json:"operationId"`
+		} `json:"paths"`
 	}
 	if err := json.Unmarshal([]byte(doc), &d); err != nil {
 		return nil, fmt.Errorf("read OpenAPI document: %w", err)
 	}
+	rpcs := map[string]string{}
+	for _, svc := range services {
+		short := svc.ServiceName[strings.LastIndex(svc.ServiceName, ".")+1:]
+		for _, m := range svc.Methods {
+			rpcs[short+"_"+m.MethodName] = "/" + svc.ServiceName + "/" + m.MethodName
+		}
+	}
 	t := &routeTable{}
 	for path, ops := range d.Paths {
-		for method := range ops {
+		for method, op := range ops {
+			rpc, ok := rpcs[op.OperationID]
+			if !ok {
+				return nil, fmt.Errorf("OpenAPI document: %s %s: operation %q is no method of the services", strings.ToUpper(method), path, op.OperationID)
+			}
 			t.routes = append(t.routes, route{
 				template: path,
 				segments: strings.Split(strings.Trim(path, "/"), "/"),
 				method:   strings.ToUpper(method),
+				rpc:      rpc,
 			})
 		}
 	}
@@ -49,10 +78,9 @@ func newRouteTable(doc string) (*routeTable, error) {
 
 // allowed returns the methods of the routes that match path, sorted.
 func (t *routeTable) allowed(path string) []string {
-	segs := strings.Split(strings.Trim(path, "/"), "/")
 	var methods []string
 	for _, rt := range t.routes {
-		if rt.matches(segs) && !slices.Contains(methods, rt.method) {
+		if rt.matches(path) && !slices.Contains(methods, rt.method) {
 			methods = append(methods, rt.method)
 		}
 	}
@@ -60,27 +88,45 @@ func (t *routeTable) allowed(path string) []string {
 	return methods
 }
 
+// find returns the route of method and path, if there is one.
+func (t *routeTable) find(method, path string) (route, bool) {
+	for _, rt := range t.routes {
+		if rt.method == method && rt.matches(path) {
+			return rt, true
+		}
+	}
+	return route{}, false
+}
+
 // template returns the path template of the route of method and path, or
 // "" if there is none.
 func (t *routeTable) template(method, path string) string {
-	segs := strings.Split(strings.Trim(path, "/"), "/")
-	for _, rt := range t.routes {
-		if rt.method == method && rt.matches(segs) {
-			return rt.template
-		}
-	}
-	return ""
+	rt, _ := t.find(method, path)
+	return rt.template
 }
 
-func (rt route) matches(segs []string) bool {
-	if len(segs) != len(rt.segments) {
-		return false
-	}
+// rpc returns the full gRPC method of the route of method and path, or ""
+// if there is none.
+func (t *routeTable) rpc(method, path string) string {
+	rt, _ := t.find(method, path)
+	return rt.rpc
+}
+
+// matches reports whether path, split at "/" once trimmed of them, matches
+// the route's segments. It walks the path rather than splitting it, so that
+// finding a route allocates nothing.
+func (rt route) matches(path string) bool {
+	rest := strings.Trim(path, "/")
 	for i, want := range rt.segments {
-		isVar := strings.HasPrefix(want, "{") && strings.HasSuffix(want, "}")
-		if (isVar && segs[i] == "") || (!isVar && segs[i] != want) {
+		seg, tail, more := strings.Cut(rest, "/")
+		if more != (i < len(rt.segments)-1) {
 			return false
 		}
+		isVar := strings.HasPrefix(want, "{") && strings.HasSuffix(want, "}")
+		if (isVar && seg == "") || (!isVar && seg != want) {
+			return false
+		}
+		rest = tail
 	}
 	return true
 }

@@ -1,0 +1,100 @@
+package gateway
+
+import (
+	"net/http"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+
+	"github.com/shebasvc/sheba/interceptors/apikey"
+)
+
+// The key before the body (docs/api.md#authentication): a request to a
+// method that needs a key, without a valid one, goes on without its body,
+// before any guard reads, limits or waits for it. The chain then refuses
+// the call, as it refuses any call without a key: the same 401, the same
+// reason, counted and logged once, as on gRPC. So no byte a caller without
+// a key sends is decompressed or decoded, and such a caller takes no body
+// slot: however many and however slow, those callers cannot delay a keyed
+// one. The chain's auth interceptor stays the authority; this check only
+// decides whether the body is worth reading.
+
+// Authenticator is the API-key check the gateway asks before it reads a
+// body: the chain's own (*apikey.Authenticator), so that both judge a
+// request alike.
+type Authenticator interface {
+	// Known reports whether apiKey or authorization (the first values of
+	// the x-api-key and authorization metadata) hold a configured key. It
+	// counts no rejection: the chain does.
+	Known(apiKey, authorization string) bool
+	// Public reports whether a full gRPC method needs no key.
+	Public(method string) bool
+}
+
+// The headers grpc-gateway makes the credentials' metadata of: the header
+// of that name, and its Grpc-Metadata- form (incomingHeader). Canonical once
+// here, so that reading them allocates nothing.
+var (
+	apiKeyHeaders        = [2]string{http.CanonicalHeaderKey(apikey.MetadataKey), http.CanonicalHeaderKey(runtime.MetadataHeaderPrefix + apikey.MetadataKey)}
+	authorizationHeaders = [2]string{http.CanonicalHeaderKey(apikey.AuthorizationKey), http.CanonicalHeaderKey(runtime.MetadataHeaderPrefix + apikey.AuthorizationKey)}
+)
+
+// keyBeforeBody returns r without its body if the call it makes needs a key
+// and brings no valid one, and r as it is otherwise. A request without a
+// body is left alone: there is nothing to guard, and nothing to look up.
+func keyBeforeBody(authn Authenticator, routes *routeTable, r *http.Request) *http.Request {
+	if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
+		return r
+	}
+	if authn.Known(credential(r.Header, apiKeyHeaders), credential(r.Header, authorizationHeaders)) {
+		return r
+	}
+	// A path no route has is answered 404 or 405 by the mux, with or
+	// without its body.
+	if rpc := routes.rpc(r.Method, r.URL.Path); rpc != "" && authn.Public(rpc) {
+		return r
+	}
+	return withoutBody(r)
+}
+
+// credential returns the first value of the metadata grpc-gateway makes of
+// headers (runtime.AnnotateContext): from the plain header, else from its
+// Grpc-Metadata- form, skipping the values that gRPC metadata cannot carry,
+// which grpc-gateway drops. (When a request sends both forms of x-api-key,
+// grpc-gateway puts them in map order; the plain one is taken here.)
+func credential(h http.Header, names [2]string) string {
+	for _, name := range names {
+		for _, v := range h[name] {
+			if metadataText(v) {
+				return v
+			}
+		}
+	}
+	return ""
+}
+
+// metadataText reports whether v can be a gRPC metadata value: printable
+// ASCII, as grpc-gateway requires of a header it passes on.
+func metadataText(v string) bool {
+	for i := range len(v) {
+		if v[i] < 0x20 || v[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// withoutBody returns a copy of r with no body, which is never read. The
+// server's own request keeps the body, which net/http discards or closes
+// once the answer is written. A Content-Encoding goes too, for there is
+// nothing to decompress, and a Content-Type the gateway cannot decode, as
+// unsupportedType drops it, so the answer's type comes from Accept alone.
+func withoutBody(r *http.Request) *http.Request {
+	r = r.WithContext(r.Context())
+	r.Body, r.ContentLength = http.NoBody, 0
+	r.Header.Del("Content-Length")
+	r.Header.Del("Content-Encoding")
+	if !supportedContentType(r.Header.Get("Content-Type")) {
+		r.Header.Del("Content-Type")
+	}
+	return r
+}

@@ -1,0 +1,86 @@
+package gateway
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/shebasvc/sheba/gen/openapiv2"
+	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
+	"github.com/shebasvc/sheba/interceptors/apikey"
+)
+
+// recordingConn is a connection that records the method of every call and
+// answers it NotFound.
+type recordingConn struct {
+	methods []string
+}
+
+func (c *recordingConn) Invoke(_ context.Context, method string, _, _ any, _ ...grpc.CallOption) error {
+	c.methods = append(c.methods, method)
+	return status.Error(codes.NotFound, "recorded")
+}
+
+func (c *recordingConn) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.CallOption) (grpc.ClientStream, error) {
+	return nil, status.Error(codes.Unimplemented, "no streams")
+}
+
+// TestRouteMethods checks that the route table names, for every route, the
+// gRPC method grpc-gateway's mux calls for it: the key check decides by that
+// name before the mux has run.
+func TestRouteMethods(t *testing.T) {
+	routes, err := newRouteTable(openapiv2.Document, &shebav1.PingService_ServiceDesc, &shebav1.AccountService_ServiceDesc,
+		&shebav1.SubscriptionService_ServiceDesc, &shebav1.WebhookService_ServiceDesc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := &recordingConn{}
+	h, err := New(t.Context(), conn, Options{MaxBodyBytes: 1 << 20, MaxConcurrentBodies: 1, Authenticator: apikey.New(nil, nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(routes.routes) == 0 {
+		t.Fatal("no routes")
+	}
+	for _, rt := range routes.routes {
+		path := rt.template
+		for _, seg := range rt.segments {
+			if strings.HasPrefix(seg, "{") {
+				path = strings.Replace(path, seg, "some-id", 1)
+			}
+		}
+		conn.methods = nil
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), rt.method, path, http.NoBody))
+		if got := routes.rpc(rt.method, path); got != rt.rpc {
+			t.Errorf("%s %s: table finds %q, want its own route's %q", rt.method, path, got, rt.rpc)
+		}
+		if len(conn.methods) != 1 || conn.methods[0] != rt.rpc {
+			t.Errorf("%s %s: the mux called %v, the table says %s", rt.method, path, conn.methods, rt.rpc)
+		}
+	}
+	for _, test := range []struct{ method, path string }{
+		{http.MethodGet, "/v1/nothing"},
+		{http.MethodDelete, "/v1/accounts"},
+		{http.MethodPost, "/v1/accounts/x/y/z"},
+	} {
+		if got := routes.rpc(test.method, test.path); got != "" {
+			t.Errorf("%s %s: got %q, want no method", test.method, test.path, got)
+		}
+	}
+}
+
+// TestRouteTableRefusesUnknownOperations checks that an operation of no
+// known method stops the gateway from starting, rather than leaving a route
+// that the key check cannot place.
+func TestRouteTableRefusesUnknownOperations(t *testing.T) {
+	if _, err := newRouteTable(openapiv2.Document, &shebav1.PingService_ServiceDesc); err == nil {
+		t.Error("got nil error for a document with operations of services not given")
+	}
+}

@@ -28,7 +28,7 @@ func unsupportedType(gw *runtime.ServeMux, w http.ResponseWriter, r *http.Reques
 	writeError(gw, w, r, &runtime.HTTPStatusError{
 		HTTPStatus: http.StatusUnsupportedMediaType,
 		Err: reason.Error(codes.InvalidArgument, reason.UnsupportedMediaType,
-			fmt.Sprintf("unsupported content type %q: send application/json or application/cbor", ct)),
+			fmt.Sprintf("unsupported content type %s: send application/json or application/cbor", reason.Quote(ct))),
 	})
 	return true
 }

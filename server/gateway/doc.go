@@ -30,7 +30,8 @@
 //
 // Errors are google.rpc.Status bodies with the HTTP status of their code,
 // or of their reason where the error table of package reason gives one
-// (errors.go); a path no route has is 404, and a known path under another
+// (errors.go), quoting at most reason.MaxQuoted bytes of the request; a
+// path no route has is 404, and a known path under another
 // method 405 with Allow (routes.go); the retry-after, x-request-id,
 // idempotent-replayed and RateLimit metadata become plain headers
 // (headers.go). See docs/api.md.

@@ -1,12 +1,17 @@
 package gateway
 
 import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	lru "github.com/hashicorp/golang-lru/v2"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/shebasvc/sheba/codec/cborpb"
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
@@ -59,5 +64,48 @@ func TestErrorBodies(t *testing.T) {
 	}
 	if got, want := bodies.Len(), 4; got != want {
 		t.Errorf("cached bodies: got %d, want %d (three JSON statuses and one CBOR)", got, want)
+	}
+}
+
+// TestErrorBodiesHoldNoRequestText answers errors through the error
+// handler: only those free of request text and small are cached, so the
+// cache cannot grow with what callers send.
+func TestErrorBodiesHoldNoRequestText(t *testing.T) {
+	bodies, err := lru.New[string, []byte](errorBodiesSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := markingMarshaler{newErrorBodies(&runtime.JSONPb{}, bodies)}
+	mux := runtime.NewServeMux()
+	answer := func(err error) {
+		r := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/v1/accounts", http.NoBody)
+		rec := httptest.NewRecorder()
+		errorHandler(r.Context(), mux, m, rec, r, err)
+		if size := rec.Body.Len(); size > 4<<10 {
+			t.Errorf("%v: answer of %d bytes, want at most 4 KiB", err, size)
+		}
+	}
+	long := strings.Repeat("a", 100_000)
+	for i := range 100 {
+		name := fmt.Sprintf("f%d", i)
+		// What a decoder or grpc-gateway says, short or long.
+		answer(status.Errorf(codes.InvalidArgument, "proto: unknown field %q", name))
+		answer(status.Errorf(codes.InvalidArgument, "proto: unknown field %q", name+long))
+		// The gateway's own errors that quote the request.
+		answer(&runtime.HTTPStatusError{HTTPStatus: http.StatusUnsupportedMediaType,
+			Err: reason.Error(codes.InvalidArgument, reason.UnsupportedMediaType, "unsupported content type "+reason.Quote(name))})
+		answer(reason.Error(codes.InvalidArgument, reason.MalformedBody, "invalid gzip request body: "+name))
+		// A large body of sheba's own.
+		answer(reason.Error(codes.NotFound, reason.NotFound, name+strings.Repeat("x", maxCachedErrorBody)))
+	}
+	if n := bodies.Len(); n != 0 {
+		t.Errorf("cached %d bodies of errors that quote the request or are large, want none", n)
+	}
+	for range 3 {
+		answer(reason.Error(codes.InvalidArgument, reason.InvalidArgument, "invalid username"))
+		answer(reason.Error(codes.Unauthenticated, reason.APIKeyMissing, "missing API key"))
+	}
+	if n := bodies.Len(); n != 2 {
+		t.Errorf("cached %d bodies of two fixed errors, want 2", n)
 	}
 }

@@ -29,11 +29,24 @@ var errRouteNotFound = &runtime.HTTPStatusError{
 // (and RetryInfo) already; the ones the gateway makes itself get theirs
 // here, with MALFORMED_BODY for a body the marshaler could not decode, and
 // the message is made valid UTF-8 so the answer can always be marshaled.
+//
+// An error that no step of sheba made (a decoder's, grpc-gateway's: an
+// unknown field, a query parameter or a Grpc-Timeout that does not parse)
+// quotes the request at whatever length it was sent: its message is cut to
+// reason.MaxQuoted bytes. It, and the gateway's own errors that quote the
+// request, are answered without the error bodies cache, which holds only
+// what no request text is in.
 func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
 	err = overLimitError(r, err)
 	httpStatus := 0
 	if hse, ok := errors.AsType[*runtime.HTTPStatusError](err); ok {
 		httpStatus, err = hse.HTTPStatus, hse.Err
+	}
+	if se, ours := err.(*reason.StatusError); !ours {
+		err = clipMessage(err)
+		m = uncached(m)
+	} else if quotesRequest(se.Reason()) {
+		m = uncached(m)
 	}
 	code := status.Code(err)
 	byCode := httpStatus == 0
@@ -59,6 +72,28 @@ func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshale
 		w.Header().Set(retryAfterHeader, strconv.FormatInt(retryafter.Seconds(delay), 10))
 	}
 	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, &runtime.HTTPStatusError{HTTPStatus: httpStatus, Err: se})
+}
+
+// clipMessage returns err with its message cut to reason.MaxQuoted bytes.
+func clipMessage(err error) error {
+	st := status.Convert(err)
+	if len(st.Message()) <= reason.MaxQuoted {
+		return err
+	}
+	p := st.Proto()
+	p.Message = reason.Clip(p.GetMessage())
+	return status.FromProto(p).Err()
+}
+
+// quotesRequest reports whether the gateway's own errors of reason r quote
+// the request: the path (405), the Content-Type or Content-Encoding (415),
+// a decompressor's complaint about the body.
+func quotesRequest(r string) bool {
+	switch r {
+	case reason.MethodNotAllowed, reason.UnsupportedMediaType, reason.UnsupportedContentEncoding, reason.MalformedBody:
+		return true
+	}
+	return false
 }
 
 // hasRetryAfter reports whether the call's response metadata holds a

@@ -136,7 +136,8 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, o Options) (http.Ha
 			case http.StatusUnsupportedMediaType:
 				why = reason.UnsupportedContentEncoding
 			}
-			writeError(gw, w, r, &runtime.HTTPStatusError{HTTPStatus: httpStatus, Err: reason.Error(code, why, msg)})
+			// The message may quote a header (Content-Encoding).
+			writeError(gw, w, r, &runtime.HTTPStatusError{HTTPStatus: httpStatus, Err: reason.Error(code, why, reason.Clip(msg))})
 		}),
 	)
 	if err != nil {

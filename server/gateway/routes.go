@@ -148,6 +148,6 @@ func (t *routeTable) routingError(ctx context.Context, mux *runtime.ServeMux, m 
 	errorHandler(ctx, mux, m, w, r, &runtime.HTTPStatusError{
 		HTTPStatus: http.StatusMethodNotAllowed,
 		Err: reason.Error(codes.Unimplemented, reason.MethodNotAllowed,
-			fmt.Sprintf("method %s not allowed on %s", r.Method, r.URL.EscapedPath())),
+			fmt.Sprintf("method %s not allowed on %s", reason.Clip(r.Method), reason.Clip(r.URL.EscapedPath()))),
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/shebasvc/sheba/config"
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
@@ -152,6 +154,44 @@ func TestWebhookEndpointBadInput(t *testing.T) {
 	wantRESTError(t, e.do(t, http.MethodGet, "/v1/webhookEndpoints/not-a-uuid", ""), http.StatusBadRequest, codes.InvalidArgument, "endpoint_id")
 	wantRESTError(t, e.do(t, http.MethodGet, "/v1/webhookEndpoints?page_size=-1", ""), http.StatusBadRequest, codes.InvalidArgument, "page_size")
 	wantRESTError(t, e.do(t, http.MethodGet, "/v1/webhookEndpoints?page_token=abc", ""), http.StatusBadRequest, codes.InvalidArgument, "page_token")
+}
+
+// TestWebhookEndpointBadInputBounded sends event types that are long or
+// many: the answer quotes at most reason.MaxQuoted bytes of each and lists
+// a bounded number of violations, so it stays small on both transports
+// whatever was sent.
+func TestWebhookEndpointBadInputBounded(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, allowPrivate)
+	many := make([]string, 20000)
+	for i := range many {
+		many[i] = fmt.Sprint("x", i)
+	}
+	for _, test := range []struct {
+		name  string
+		types []string
+		field string // of the first violation
+	}{
+		{"one long unknown type", []string{strings.Repeat("t", 500_000)}, "event_types[0]"},
+		{"many unknown types", many, "event_types[0]"},
+		{"many long duplicates", slices.Repeat([]string{"account.created", strings.Repeat("d", 1000)}, 200), "event_types[1]"},
+	} {
+		t.Run(test.name, func(t *testing.T) {
+			const limit = 4 << 10
+			body, _ := json.Marshal(map[string]any{"url": "http://127.0.0.1:1/a", "eventTypes": test.types})
+			r := e.do(t, http.MethodPost, "/v1/webhookEndpoints", string(body))
+			wantRESTError(t, r, http.StatusBadRequest, codes.InvalidArgument, test.field)
+			if len(r.Body) > limit {
+				t.Errorf("REST answer of %d bytes, want at most %d", len(r.Body), limit)
+			}
+			_, err := shebav1.NewWebhookServiceClient(e.conn).CreateWebhookEndpoint(t.Context(),
+				&shebav1.CreateWebhookEndpointRequest{Url: "http://127.0.0.1:1/a", EventTypes: test.types})
+			wantGRPCError(t, err, codes.InvalidArgument, test.field)
+			if n := proto.Size(status.Convert(err).Proto()); n > limit {
+				t.Errorf("gRPC status of %d bytes, want at most %d", n, limit)
+			}
+		})
+	}
 }
 
 // wantNoSecret fails the test if the endpoint ep, a JSON or CBOR object,

@@ -25,12 +25,21 @@ const (
 	maxPageSize     = 1000
 )
 
+// maxViolations is the most field violations an answer lists: a request
+// with a list of many bad entries gets the first ones, so that no error
+// answer grows with what was sent (docs/api.md#errors).
+const maxViolations = 8
+
 // violations collects the field violations of one request.
 type violations []*errdetails.BadRequest_FieldViolation
 
-// add records a violation. A description that quotes the request is made
-// valid UTF-8, so the answer can always be marshaled.
+// add records a violation, unless maxViolations are recorded already. A
+// description that quotes the request is made valid UTF-8, so the answer
+// can always be marshaled; what it quotes goes through reason.Quote.
 func (v *violations) add(field, description string) {
+	if len(*v) >= maxViolations {
+		return
+	}
 	*v = append(*v, &errdetails.BadRequest_FieldViolation{Field: field, Description: reason.ValidUTF8(description)})
 }
 

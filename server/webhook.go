@@ -278,9 +278,9 @@ func checkEventTypes(v *violations, field string, types []string) []string {
 	for i, t := range types {
 		switch {
 		case !slices.Contains(known, t):
-			v.add(fmt.Sprintf("%s[%d]", field, i), fmt.Sprintf("unknown event type %q: want one of %v", t, known))
+			v.add(fmt.Sprintf("%s[%d]", field, i), fmt.Sprintf("unknown event type %s: want one of %v", reason.Quote(t), known))
 		case slices.Index(types, t) < i:
-			v.add(fmt.Sprintf("%s[%d]", field, i), fmt.Sprintf("event type %q is listed twice", t))
+			v.add(fmt.Sprintf("%s[%d]", field, i), fmt.Sprintf("event type %s is listed twice", reason.Quote(t)))
 		}
 	}
 	return types

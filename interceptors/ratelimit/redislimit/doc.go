@@ -14,7 +14,9 @@
 // fallback at once, without waiting on Redis, and a background probe PINGs
 // Redis every second; when it answers in time, decisions go back to Redis.
 // Each change is logged once. Up reports the state for the
-// sheba_ratelimit_backend_up gauge.
+// sheba_ratelimit_backend_up gauge. Do runs any other decision kept in
+// Redis (the login throttle of server/loginthrottle) under the same
+// timeout, state and fallback rule.
 //
 // It is not an interceptor: its Limiters plug into the ratelimit
 // interceptor, and it returns no codes.

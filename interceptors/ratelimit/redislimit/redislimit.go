@@ -134,6 +134,30 @@ func (b *Backend) probe() {
 	}
 }
 
+// Do runs f, one decision in Redis, with the Backend's client and under
+// its per-decision timeout, and reports whether Redis answered. It returns
+// false at once, without running f, while Redis is marked down; and false
+// when f fails or is late, which marks Redis down (unless ctx itself ended:
+// a caller that went away says nothing about Redis). On false the caller
+// decides in process. Every limit kept in Redis decides through Do (the
+// Limiters here, the login throttle of server/loginthrottle), so they share
+// one client, one up or down state and its log lines.
+func (b *Backend) Do(ctx context.Context, f func(ctx context.Context, c redis.UniversalClient) error) bool {
+	if !b.up.Load() {
+		return false
+	}
+	dctx, cancel := context.WithTimeout(ctx, b.opts.timeout)
+	err := f(dctx, b.client)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil || !errors.Is(err, ctx.Err()) {
+			b.markDown(err)
+		}
+		return false
+	}
+	return true
+}
+
 // Limiter is one rate limit (global, or one per key) kept in Redis, with
 // its in-process fallback. It is safe for concurrent use.
 type Limiter struct {
@@ -197,17 +221,11 @@ func (l *Limiter) Allow(ctx context.Context) ratelimit.Decision {
 	if !ok {
 		return ratelimit.Decision{Allowed: true}
 	}
-	if !l.b.up.Load() {
-		return l.fallback.Allow(ctx)
-	}
-	dctx, cancel := context.WithTimeout(ctx, l.b.opts.timeout)
-	res, err := l.b.rl.Allow(dctx, l.prefix+k, l.limit)
-	cancel()
-	if err != nil {
-		// A caller that went away says nothing about Redis.
-		if ctx.Err() == nil || !errors.Is(err, ctx.Err()) {
-			l.b.markDown(err)
-		}
+	var res *redis_rate.Result
+	if !l.b.Do(ctx, func(ctx context.Context, _ redis.UniversalClient) (err error) {
+		res, err = l.b.rl.Allow(ctx, l.prefix+k, l.limit)
+		return err
+	}) {
 		return l.fallback.Allow(ctx)
 	}
 	d := ratelimit.Decision{

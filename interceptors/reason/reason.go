@@ -25,9 +25,10 @@ const Domain = "sheba"
 // error table of table.go.
 const (
 	// Authentication (interceptors/apikey) and Login.
-	APIKeyMissing = "API_KEY_MISSING" // UNAUTHENTICATED: no key on a method that needs one
-	APIKeyInvalid = "API_KEY_INVALID" // UNAUTHENTICATED: an unknown key, or a malformed authorization
-	LoginFailed   = "LOGIN_FAILED"    // UNAUTHENTICATED: Login with an unknown user or a wrong password
+	APIKeyMissing  = "API_KEY_MISSING" // UNAUTHENTICATED: no key on a method that needs one
+	APIKeyInvalid  = "API_KEY_INVALID" // UNAUTHENTICATED: an unknown key, or a malformed authorization
+	LoginFailed    = "LOGIN_FAILED"    // UNAUTHENTICATED: Login with an unknown user or a wrong password
+	LoginThrottled = "LOGIN_THROTTLED" // RESOURCE_EXHAUSTED: Login for a username with limits.login_failures.max failures in its window; with RetryInfo
 
 	// Admission (interceptors/ratelimit, concurrency, failfast, timeout).
 	RateLimited         = "RATE_LIMITED"         // RESOURCE_EXHAUSTED: the global rate limit

@@ -74,7 +74,7 @@ func TestStatusLeavesOutWhatCannotMarshal(t *testing.T) {
 // Every reason is UPPER_SNAKE, as google.rpc.ErrorInfo asks.
 func TestReasonsAreUpperSnake(t *testing.T) {
 	for _, r := range []string{
-		reason.APIKeyMissing, reason.APIKeyInvalid, reason.LoginFailed, reason.RateLimited, reason.KeyRateLimited,
+		reason.APIKeyMissing, reason.APIKeyInvalid, reason.LoginFailed, reason.LoginThrottled, reason.RateLimited, reason.KeyRateLimited,
 		reason.Overloaded, reason.DatabaseUnavailable, reason.DeadlineExceeded, reason.InvalidArgument, reason.NotFound,
 		reason.AlreadyExists, reason.Internal, reason.Canceled, reason.RouteNotFound, reason.MethodNotAllowed, reason.UnsupportedMediaType,
 		reason.UnsupportedContentEncoding, reason.BodyTooLarge, reason.MalformedBody, reason.IdempotencyKeyReused, reason.IdempotencyKeyInUse,

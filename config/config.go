@@ -93,15 +93,30 @@ type Limits struct {
 	Adaptive bool `yaml:"adaptive"`
 	// MinInflight is the lowest the adaptive limit goes.
 	MinInflight int `yaml:"min_inflight"`
+	// LoginFailures slows repeated failed logins for one username.
+	LoginFailures LoginFailures `yaml:"login_failures"`
 }
 
-// Redis configures the store of rate limits shared by every replica.
+// LoginFailures configures the login throttle (docs/api.md#login): after
+// Max failed logins for one username within Window, further logins for it
+// answer 429 LOGIN_THROTTLED until the window has passed.
+type LoginFailures struct {
+	// Max is the failed logins for one username a window allows; 0 turns
+	// the throttle off.
+	Max int `yaml:"max"`
+	// Window is how long the failures are counted from the first one, and
+	// so the longest a username stays throttled.
+	Window time.Duration `yaml:"window"`
+}
+
+// Redis configures the store of the limits shared by every replica: the
+// rate limits and the login throttle.
 type Redis struct {
 	// URL is a redis:// or rediss:// URL; empty means each process limits
 	// alone. It may hold a password, so it is never printed.
 	URL string `yaml:"url"`
-	// Timeout bounds one rate-limit decision in Redis; a slower one, or a
-	// Redis that is down, makes the replica fall back to its own buckets.
+	// Timeout bounds one decision in Redis; a slower one, or a Redis that
+	// is down, makes the replica fall back to its own buckets and counts.
 	Timeout time.Duration `yaml:"timeout"`
 }
 
@@ -217,9 +232,10 @@ func Default() Config {
 		GRPC:     GRPC{Addr: ":9090", Reflection: true, MaxConcurrentStreams: 256},
 		Database: Database{MaxConns: 16},
 		Limits: Limits{
-			MaxInflight: 512,
-			Timeout:     5 * time.Second,
-			MinInflight: 8,
+			MaxInflight:   512,
+			Timeout:       5 * time.Second,
+			MinInflight:   8,
+			LoginFailures: LoginFailures{Max: 10, Window: 15 * time.Minute},
 		},
 		Auth:        Auth{Public: []string{"/sheba.v1.PingService/Ping"}},
 		Compression: Compression{MinBytes: 1024},

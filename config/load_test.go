@@ -56,6 +56,8 @@ func TestEnvNames(t *testing.T) {
 		"SHEBA_LIMITS_TIMEOUT",
 		"SHEBA_LIMITS_ADAPTIVE",
 		"SHEBA_LIMITS_MIN_INFLIGHT",
+		"SHEBA_LIMITS_LOGIN_FAILURES_MAX",
+		"SHEBA_LIMITS_LOGIN_FAILURES_WINDOW",
 		"SHEBA_AUTH_KEYS",
 		"SHEBA_AUTH_PUBLIC",
 		"SHEBA_COMPRESSION_MIN_BYTES",
@@ -118,6 +120,7 @@ limits:
   timeout: 1m30s
   adaptive: true
   min_inflight: 3
+  login_failures: { max: 4, window: 2m }
 auth:
   keys:
     - { id: "billing-svc", sha256: "` + testKey.SHA256 + `" }
@@ -142,6 +145,7 @@ redis: { url: "redis://cache:6379/2", timeout: 8ms }
 						MaxInflight: 10, Rate: 100.5, Burst: 20,
 						PerKeyRate: 5, PerKeyBurst: 2, AnonymousRate: 7.5, AnonymousBurst: 8,
 						Timeout: 90 * time.Second, Adaptive: true, MinInflight: 3,
+						LoginFailures: LoginFailures{Max: 4, Window: 2 * time.Minute},
 					},
 					Auth: Auth{
 						Keys:   []APIKey{testKey},
@@ -239,6 +243,9 @@ log: { level: warn }
 				"SHEBA_LOG_LEVEL":            "debug",
 				"SHEBA_LOG_FORMAT":           "text",
 				"SHEBA_IDEMPOTENCY_TTL":      "2h",
+				// A key of a sub-section: section, sub-section and key.
+				"SHEBA_LIMITS_LOGIN_FAILURES_MAX":    "3",
+				"SHEBA_LIMITS_LOGIN_FAILURES_WINDOW": "30s",
 			},
 			want: func(c *Config) {
 				c.HTTP.Addr = "127.0.0.1:8000"
@@ -254,6 +261,7 @@ log: { level: warn }
 				c.Log.Level = "debug"
 				c.Log.Format = "text"
 				c.Idempotency.TTL = 2 * time.Hour
+				c.Limits.LoginFailures = LoginFailures{Max: 3, Window: 30 * time.Second}
 			},
 		},
 		{
@@ -361,7 +369,7 @@ func TestLoadErrors(t *testing.T) {
 			name:    "unknown key",
 			file:    "limits:\n  max_inflite: 5\n",
 			wantKey: "limits.max_inflite",
-			wantMsg: "limits.max_inflite: unknown key (want one of max_inflight, rate, burst, per_key_rate, per_key_burst, anonymous_rate, anonymous_burst, timeout, adaptive, min_inflight)",
+			wantMsg: "limits.max_inflite: unknown key (want one of max_inflight, rate, burst, per_key_rate, per_key_burst, anonymous_rate, anonymous_burst, timeout, adaptive, min_inflight, login_failures)",
 		},
 		{
 			name:    "unknown key in a list element",
@@ -484,6 +492,13 @@ func TestLoadErrors(t *testing.T) {
 			wantKey: "limits.max_inflight",
 			wantEnv: "SHEBA_LIMITS_MAX_INFLIGHT",
 			wantMsg: "limits.max_inflight (SHEBA_LIMITS_MAX_INFLIGHT): must be at least 1, got 0",
+		},
+		{
+			name:    "invalid value of a sub-section from the env",
+			env:     map[string]string{"SHEBA_LIMITS_LOGIN_FAILURES_WINDOW": "0s"},
+			wantKey: "limits.login_failures.window",
+			wantEnv: "SHEBA_LIMITS_LOGIN_FAILURES_WINDOW",
+			wantMsg: "limits.login_failures.window (SHEBA_LIMITS_LOGIN_FAILURES_WINDOW): must be at least 1s, got 0s",
 		},
 		{
 			name:    "invalid list element from the env",

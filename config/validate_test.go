@@ -32,6 +32,8 @@ func TestValidate(t *testing.T) {
 		{name: "no public methods", change: func(c *Config) { c.Auth.Public = nil }},
 		{name: "adaptive", change: func(c *Config) { c.Limits.Adaptive, c.Limits.MinInflight, c.Limits.MaxInflight = true, 4, 4 }},
 		{name: "min above max without adaptive", change: func(c *Config) { c.Limits.MinInflight, c.Limits.MaxInflight = 8, 2 }},
+		{name: "login throttle off", change: func(c *Config) { c.Limits.LoginFailures.Max = 0 }},
+		{name: "login throttle of one failure a second", change: func(c *Config) { c.Limits.LoginFailures = LoginFailures{Max: 1, Window: time.Second} }},
 		{name: "redis", change: func(c *Config) {
 			c.Redis.URL, c.Redis.Timeout = "redis://:secret@127.0.0.1:6379/1", 10*time.Millisecond
 		}},
@@ -217,6 +219,18 @@ func TestValidate(t *testing.T) {
 			change:  func(c *Config) { c.Limits.Adaptive, c.Limits.MinInflight, c.Limits.MaxInflight = true, 10, 5 },
 			wantKey: "limits.min_inflight",
 			wantMsg: "limits.min_inflight: must be at most limits.max_inflight (5) when limits.adaptive is true, got 10",
+		},
+		{
+			name:    "limits.login_failures.max",
+			change:  func(c *Config) { c.Limits.LoginFailures.Max = -1 },
+			wantKey: "limits.login_failures.max",
+			wantMsg: "limits.login_failures.max: must be at least 0 (0 turns the login throttle off), got -1",
+		},
+		{
+			name:    "limits.login_failures.window",
+			change:  func(c *Config) { c.Limits.LoginFailures.Window = 500 * time.Millisecond },
+			wantKey: "limits.login_failures.window",
+			wantMsg: "limits.login_failures.window: must be at least 1s, got 500ms",
 		},
 		{
 			name:    "auth.keys id empty",

@@ -79,9 +79,11 @@ func login(client *http.Client, baseURL, username, password string) (code int, r
 // user and with a wrong password take about the same time: both hash.
 //
 // Not parallel: hashing takes every core it is allowed, which would starve
-// the other tests of this package of their deadlines.
+// the other tests of this package of their deadlines. The login throttle
+// is off: this measures the hashing of hundreds of failed logins for one
+// username, which the throttle would refuse (TestLoginThrottle tests it).
 func TestLoginFlood(t *testing.T) {
-	p := startSheba(t, keyEnv(), "SHEBA_LIMITS_TIMEOUT=2m")
+	p := startSheba(t, keyEnv(), "SHEBA_LIMITS_TIMEOUT=2m", "SHEBA_LIMITS_LOGIN_FAILURES_MAX=0")
 	base := "http://" + p.HTTPAddr
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}, Timeout: 2 * time.Minute}
 	req, _ := http.NewRequest(http.MethodPost, base+"/v1/accounts", strings.NewReader(`{"username":"flood","password":"correct horse"}`))

@@ -8,6 +8,7 @@ import (
 
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/interceptors/reason"
+	"github.com/shebasvc/sheba/server/loginthrottle"
 	"github.com/shebasvc/sheba/store"
 )
 
@@ -22,6 +23,7 @@ type accountServer struct {
 	hasher *passwordHasher
 	errs   errorMapper
 	events Publisher
+	logins *loginthrottle.Throttle
 }
 
 // CreateAccount creates an account. Codes: InvalidArgument, AlreadyExists.
@@ -52,7 +54,7 @@ func (s *accountServer) CreateAccount(ctx context.Context, req *shebav1.CreateAc
 }
 
 // Login checks a username and password. Codes: InvalidArgument,
-// Unauthenticated.
+// Unauthenticated, ResourceExhausted (LOGIN_THROTTLED).
 func (s *accountServer) Login(ctx context.Context, req *shebav1.LoginRequest) (*shebav1.LoginResponse, error) {
 	var v violations
 	v.checkUsername("username", req.GetUsername())
@@ -60,6 +62,16 @@ func (s *accountServer) Login(ctx context.Context, req *shebav1.LoginRequest) (*
 	if err := v.err(); err != nil {
 		return nil, err
 	}
+	// Before the lookup and the hash: a throttled login costs neither, and
+	// is answered alike at once whether the username exists or not.
+	attempt, err := s.logins.Begin(ctx, req.GetUsername())
+	if err != nil {
+		return nil, err
+	}
+	// Deferred, so that an attempt ended by a panic is given back too.
+	result := loginthrottle.Undecided
+	defer func() { attempt.End(ctx, result) }()
+
 	a, err := s.store.GetAccountByUsername(ctx, req.GetUsername())
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return nil, s.errs.toStatus(ctx, "login", err, reason.Own{})
@@ -71,8 +83,10 @@ func (s *accountServer) Login(ctx context.Context, req *shebav1.LoginRequest) (*
 		return nil, s.errs.toStatus(ctx, "login", err, reason.Own{})
 	}
 	if !ok {
+		result = loginthrottle.Failed
 		return nil, errLoginFailed
 	}
+	result = loginthrottle.Succeeded
 	return &shebav1.LoginResponse{Account: accountToProto(a)}, nil
 }
 

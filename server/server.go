@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc"
 
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
+	"github.com/shebasvc/sheba/server/loginthrottle"
 	"github.com/shebasvc/sheba/store"
 )
 
@@ -31,6 +32,9 @@ type Options struct {
 	// bytes and the same on every replica; empty means a random key, so
 	// tokens work only on this process.
 	PageTokenKey []byte
+	// Logins throttles repeated failed logins per username
+	// (limits.login_failures). Nil throttles nothing.
+	Logins *loginthrottle.Throttle
 }
 
 // Services are the sheba.v1 services, ready to be registered on any
@@ -62,8 +66,12 @@ func New(st *store.Store, opts Options) (*Services, error) {
 	if events == nil {
 		events = noEvents{}
 	}
+	logins := opts.Logins
+	if logins == nil {
+		logins = loginthrottle.New(0, 0)
+	}
 	return &Services{
-		account:      &accountServer{store: st, hasher: hasher, errs: errs, events: events},
+		account:      &accountServer{store: st, hasher: hasher, errs: errs, events: events, logins: logins},
 		subscription: &subscriptionServer{store: st, errs: errs, events: events, tokens: tokens},
 		webhook:      newWebhookServer(st, errs, tokens, opts),
 	}, nil

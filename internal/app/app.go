@@ -32,6 +32,7 @@ import (
 	"github.com/shebasvc/sheba/server"
 	"github.com/shebasvc/sheba/server/gateway"
 	"github.com/shebasvc/sheba/server/health"
+	"github.com/shebasvc/sheba/server/loginthrottle"
 	"github.com/shebasvc/sheba/store"
 	"github.com/shebasvc/sheba/webhooks"
 )
@@ -117,6 +118,14 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 	if a.webhooks, err = newWebhooks(cfg.Webhooks, a.pool, a.store, o, log, tp, registry); err != nil {
 		return err
 	}
+	// Closed by close, with the rest of a.rate.
+	if a.rate.backend, err = newRedisBackend(cfg.Limits, cfg.Redis, log, tp); err != nil {
+		return err
+	}
+	logins := loginthrottle.New(cfg.Limits.LoginFailures.Max, cfg.Limits.LoginFailures.Window, loginthrottle.WithRedis(a.rate.backend))
+	if err := registry.Register(logins.Collector()); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
 	services, err := server.New(a.store, server.Options{
 		Log:                  log,
 		PageTokenKey:         cfg.Paging.Key(),
@@ -124,6 +133,7 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 		AllowPrivateWebhooks: cfg.Webhooks.AllowPrivateNetworks,
 		WebhookResolver:      o.resolver,
 		MaxWebhookEndpoints:  cfg.Webhooks.MaxEndpoints,
+		Logins:               logins,
 	})
 	if err != nil {
 		return err
@@ -142,9 +152,7 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 	if err != nil {
 		return err
 	}
-	if a.rate, err = newRateLimits(cfg.Limits, cfg.Redis, keyIDs, log, tp); err != nil {
-		return err
-	}
+	a.rate = newRateLimits(cfg.Limits, a.rate.backend, keyIDs)
 	if a.rate.backend != nil {
 		if err := registry.Register(a.rate.backend.Collector()); err != nil {
 			return fmt.Errorf("metrics: %w", err)

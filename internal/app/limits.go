@@ -16,17 +16,41 @@ import (
 )
 
 // rateLimits are the global and per-key rate limits (nil when off), and
-// the Redis backend that shares them when redis.url is set (else nil).
+// the Redis backend that shares them and the login throttle when redis.url
+// is set (else nil).
 type rateLimits struct {
 	global, perKey ratelimit.Limiter
 	backend        *redislimit.Backend
 }
 
+// newRedisBackend returns the Redis backend of the limits when redis.url is
+// set and a limit is on that it would share: a rate, or the login
+// throttle (docs/configuration.md#redis). Else it returns nil. It connects
+// nowhere: a Redis that is down at start is found out by the first
+// decision.
+func newRedisBackend(l config.Limits, r config.Redis, log *slog.Logger, tp trace.TracerProvider) (*redislimit.Backend, error) {
+	anonRate, _ := l.AnonymousLimit()
+	if r.URL == "" || (l.Rate == 0 && anonRate == 0 && l.PerKeyRate == 0 && l.LoginFailures.Max == 0) {
+		return nil, nil
+	}
+	client, err := redislimit.NewClient(r.URL, r.Timeout)
+	if err != nil {
+		// The URL may hold a password: the parser's message is left out.
+		return nil, fmt.Errorf("redis.url does not parse")
+	}
+	if tp != nil {
+		if err := redisotel.InstrumentTracing(client, redisotel.WithTracerProvider(tp)); err != nil {
+			_ = client.Close()
+			return nil, fmt.Errorf("redis tracing: %w", err)
+		}
+	}
+	return redislimit.New(client, redislimit.WithTimeout(r.Timeout), redislimit.WithLogger(log)), nil
+}
+
 // newRateLimits builds the rate limits of limits: in-process token buckets,
-// or, with redis.url set, GCRA in Redis with those buckets as the fallback
-// (docs/configuration.md#redis). It connects nowhere: a Redis that is down
-// at start is found out by the first decision.
-func newRateLimits(l config.Limits, r config.Redis, keyIDs []string, log *slog.Logger, tp trace.TracerProvider) (rateLimits, error) {
+// or, with backend not nil, GCRA in Redis with those buckets as the
+// fallback (docs/configuration.md#redis).
+func newRateLimits(l config.Limits, backend *redislimit.Backend, keyIDs []string) rateLimits {
 	// The global limit is two buckets: one for callers with a key, and one
 	// for anonymous callers of public methods, so that a flood of those
 	// cannot starve the callers with a key.
@@ -38,36 +62,25 @@ func newRateLimits(l config.Limits, r config.Redis, keyIDs []string, log *slog.L
 	if anonRate > 0 {
 		anonymous = ratelimit.NewBucket(anonRate, anonBurst)
 	}
-	var rl rateLimits
+	rl := rateLimits{backend: backend}
 	if l.PerKeyRate > 0 {
 		rl.perKey = ratelimit.NewPerKey(l.PerKeyRate, l.PerKeyBurst, keyIDs, apikey.IDFromContext)
 	}
-	if r.URL != "" && (keyed != nil || anonymous != nil || rl.perKey != nil) {
-		client, err := redislimit.NewClient(r.URL, r.Timeout)
-		if err != nil {
-			// The URL may hold a password: the parser's message is left out.
-			return rateLimits{}, fmt.Errorf("redis.url does not parse")
-		}
-		if tp != nil {
-			if err := redisotel.InstrumentTracing(client, redisotel.WithTracerProvider(tp)); err != nil {
-				return rateLimits{}, fmt.Errorf("redis tracing: %w", err)
-			}
-		}
-		rl.backend = redislimit.New(client, redislimit.WithTimeout(r.Timeout), redislimit.WithLogger(log))
+	if backend != nil {
 		if keyed != nil {
-			keyed = rl.backend.Limiter("global", l.Rate, l.Burst, redislimit.Global(), keyed)
+			keyed = backend.Limiter("global", l.Rate, l.Burst, redislimit.Global(), keyed)
 		}
 		if anonymous != nil {
-			anonymous = rl.backend.Limiter("anonymous", anonRate, anonBurst, redislimit.Global(), anonymous)
+			anonymous = backend.Limiter("anonymous", anonRate, anonBurst, redislimit.Global(), anonymous)
 		}
 		if rl.perKey != nil {
-			rl.perKey = rl.backend.Limiter("key", l.PerKeyRate, l.PerKeyBurst, redislimit.PerKey(keyIDs, apikey.IDFromContext), rl.perKey)
+			rl.perKey = backend.Limiter("key", l.PerKeyRate, l.PerKeyBurst, redislimit.PerKey(keyIDs, apikey.IDFromContext), rl.perKey)
 		}
 	}
 	if keyed != nil || anonymous != nil {
 		rl.global = ratelimit.NewSplit(keyed, anonymous, apikey.IDFromContext)
 	}
-	return rl, nil
+	return rl
 }
 
 // close closes the Redis client, if any.

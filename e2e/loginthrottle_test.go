@@ -240,6 +240,30 @@ func throttleOnce(t *testing.T, window time.Duration) bool {
 	return true
 }
 
+// TestLoginsAtOnceNotThrottled sends 4 × throttleMax logins with the right
+// password for one username at once, on both transports: none fails, so
+// none is throttled; they take turns instead.
+func TestLoginsAtOnceNotThrottled(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, withLoginThrottle(time.Hour))
+	e.newAccount(t, "judy")
+	var wg sync.WaitGroup
+	for i := range 4 * throttleMax {
+		wg.Go(func() {
+			if i%2 == 0 {
+				if _, err := e.account.Login(t.Context(), &shebav1.LoginRequest{Username: "judy", Password: "password1"}); err != nil {
+					t.Errorf("gRPC login %d: %v", i, err)
+				}
+				return
+			}
+			if r := e.do(t, http.MethodPost, "/v1/accounts:login", loginBody("judy", "password1")); r.Code != http.StatusOK {
+				t.Errorf("REST login %d: got HTTP %d, want 200; body %s", i, r.Code, r.Body)
+			}
+		})
+	}
+	wg.Wait()
+}
+
 // TestLoginThrottleSharedThroughRedis runs two services (two replicas) on
 // one real Redis: failures counted on either throttle the username on
 // both. With Redis stopped, logins still answer, and each replica throttles

@@ -66,9 +66,10 @@ func (s *accountServer) Login(ctx context.Context, req *shebav1.LoginRequest) (*
 	// is answered alike at once whether the username exists or not.
 	attempt, err := s.logins.Begin(ctx, req.GetUsername())
 	if err != nil {
-		return nil, err
+		return nil, s.errs.toStatus(ctx, "login", err, reason.Own{})
 	}
-	// Deferred, so that an attempt ended by a panic is given back too.
+	// Deferred, so that a panic below ends the attempt too (counting for
+	// nothing) and gives the username's turn on.
 	result := loginthrottle.Undecided
 	defer func() { attempt.End(ctx, result) }()
 

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 
 	"github.com/shebasvc/sheba/interceptors/reason"
+	"github.com/shebasvc/sheba/interceptors/retryafter"
+	"github.com/shebasvc/sheba/server/loginthrottle"
 )
 
 // The answers of the handlers to the store's sentinels, saying what was not
@@ -29,8 +31,17 @@ type errorMapper struct {
 // line of an error the operator should see; own holds the handler's answers
 // to the sentinels it expects (nil fields: unexpected, so Internal).
 func (m errorMapper) toStatus(ctx context.Context, op string, err error, own reason.Own) error {
-	// Shed by the password hasher: its answer stands.
-	if errors.Is(err, errHashBusy) {
+	switch {
+	case errors.Is(err, errHashBusy):
+		// Shed by the password hasher: its answer stands.
+		return errHashBusy
+	case errors.Is(err, loginthrottle.ErrThrottled):
+		// Refused by the login throttle: its answer stands.
+		return loginthrottle.ErrThrottled
+	case errors.Is(err, loginthrottle.ErrBusy):
+		// Too many logins of one username wait for their turn to be
+		// checked: shed as a full hashing queue is.
+		retryafter.Set(ctx, hashRetryAfter)
 		return errHashBusy
 	}
 	return reason.Answer(ctx, m.log, op, err, own)

@@ -94,3 +94,24 @@ func TestLoginThrottledCostsNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestLoginLineFull checks the answer to a login of a username whose line
+// is full (too many of its logins wait while one runs): the answer of a
+// full hashing queue, and no hash.
+func TestLoginLineFull(t *testing.T) {
+	hasher, err := newPasswordHasher(defaultHashParams(), hashLimits{running: 1, waiting: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logins := loginthrottle.New(10, time.Minute, loginthrottle.WithMaxWaiting(0))
+	running, err := logins.Begin(t.Context(), "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer running.End(t.Context(), loginthrottle.Undecided)
+	s := &accountServer{store: store.New(storetest.NewPool(t)), hasher: hasher, errs: errorMapper{log: slog.New(slog.DiscardHandler)}, events: noEvents{}, logins: logins}
+	_, err = s.Login(t.Context(), &shebav1.LoginRequest{Username: "alice", Password: "correct horse"})
+	if err != errHashBusy {
+		t.Errorf("login of a username whose line is full: got %v, want %v", err, errHashBusy)
+	}
+}

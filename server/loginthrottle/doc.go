@@ -4,28 +4,31 @@
 // with a retry hint of what is left of the window, until it has passed.
 // Whoever sends them, and whether the username exists or not: the Login
 // handler counts an unknown username's failures as it counts a wrong
-// password's, and a throttled login is answered the same at once for both.
+// password's, and a throttled login is answered the same, at once, for
+// both.
 //
 // It is not an interceptor: the Login handler calls Begin after validating
 // the request and before any lookup or password hash, so a throttled login
-// costs neither, and ends the attempt with its Result. Begin counts the
-// attempt as a failure while it runs, so concurrent logins for one
-// username cannot pass the limit together; End keeps it counted (Failed),
-// starts the username afresh (Succeeded: the caller knows the password),
-// or gives it back (Undecided: the database down, the hashing queue full,
-// the deadline passed; nothing was learnt of the password).
+// costs neither, and ends the attempt with its Result: a failure counts, a
+// success starts the username afresh (the caller knows the password), and
+// an undecided login (the database down, the hashing queue full, the
+// deadline passed) counts for nothing, as nothing was learnt of the
+// password.
 //
 // A window starts with the first failure and lasts its full length:
 // throttled logins do not extend it, so a throttled user gets back in when
 // the Retry-After they were told has passed, and a guesser gets at most max
-// tries a window.
+// tries a window. Logins of one username take turns on each replica (gate),
+// so concurrent ones are judged one after the other, none refused for
+// being concurrent and none let past max together.
 //
-// The counts are kept in process (local.go), in a bounded structure, or
-// in Redis (shared.go) through the Backend of the rate limits
+// The counts are kept in process (local.go), in a bounded structure, or in
+// Redis (shared.go) through the Backend of the rate limits
 // (interceptors/ratelimit/redislimit), so that every replica sees the same
 // counts; while Redis is down or slow each replica counts in process, as
 // the rate limits fall back to their buckets, and the Backend logs the
 // change once.
 //
-// Codes: ResourceExhausted, reason LOGIN_THROTTLED (from Begin).
+// Codes (from Begin): ResourceExhausted, reason LOGIN_THROTTLED
+// (ErrThrottled); ErrBusy and context errors, which the caller maps.
 package loginthrottle

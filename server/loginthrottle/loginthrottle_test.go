@@ -1,6 +1,8 @@
 package loginthrottle
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -124,63 +126,119 @@ func wantResults(t *testing.T, a, b *Throttle) {
 	}
 	try(t, b, "dave", Failed)
 	if throttled, _ := try(t, a, "dave", Undecided); throttled {
-		t.Error("dave throttled after 5 undecided attempts and 1 failure, want them given back")
+		t.Error("dave throttled after 5 undecided attempts and 1 failure, want them not counted")
 	}
 }
 
-// TestConcurrent checks that attempts running count: max logins at once
-// for one username take the whole allowance, the next is refused for the
-// window, and one given back frees a place.
-func TestConcurrent(t *testing.T) {
-	c := newClock()
-	th := withClock(New(3, time.Minute), c)
-	var running []Attempt
-	for i := range 3 {
-		a, err := th.Begin(t.Context(), "alice")
-		if err != nil {
-			t.Fatalf("attempt %d: %v", i+1, err)
-		}
-		running = append(running, a)
-	}
-	if throttled, wait := try(t, th, "alice", Failed); !throttled || wait != time.Minute {
-		t.Fatalf("4th attempt while 3 run: throttled %v after %v, want true after the window", throttled, wait)
-	}
-	running[0].End(t.Context(), Undecided)
-	running[1].End(t.Context(), Failed)
-	a, err := th.Begin(t.Context(), "alice")
+// TestTurns checks that logins of one username take turns: while one
+// runs, the next waits (here past its deadline: it gets the context's
+// error), and runs once it has ended; nothing is left of a line when its
+// logins have ended.
+func TestTurns(t *testing.T) {
+	th := New(3, time.Minute)
+	first, err := th.Begin(t.Context(), "carol")
 	if err != nil {
-		t.Fatalf("attempt after one was given back: %v", err)
+		t.Fatal(err)
 	}
-	a.End(t.Context(), Failed)
-	running[2].End(t.Context(), Failed)
-	if throttled, _ := try(t, th, "alice", Failed); !throttled {
-		t.Error("not throttled after 3 failures")
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := th.Begin(ctx, "carol"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("second login while the first runs: got %v, want it to wait past its deadline", err)
 	}
-	if n := len(th.local.running); n != 0 {
-		t.Errorf("%d usernames still have attempts running, want none", n)
+	first.End(t.Context(), Succeeded)
+	if throttled, _ := try(t, th, "carol", Failed); throttled {
+		t.Error("throttled after a success")
+	}
+	if n := len(th.gate.lines); n != 0 {
+		t.Errorf("%d lines left after every login ended, want none", n)
 	}
 }
 
-// TestRace sends 50 failing logins for one username at once: exactly max
-// get through, however they interleave.
+// TestLastTurn checks the last turn: a login that waits for it is judged
+// by the count the one running leaves; one more is ErrBusy when the line
+// is full; other usernames do not wait.
+func TestLastTurn(t *testing.T) {
+	th := New(1, time.Minute, WithMaxWaiting(1))
+	first, err := th.Begin(t.Context(), "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := make(chan error, 1)
+	go func() {
+		a, err := th.Begin(t.Context(), "alice")
+		a.End(t.Context(), Undecided)
+		second <- err
+	}()
+	waitRefs(t, th, "alice", 2)
+	if _, err := th.Begin(t.Context(), "alice"); !errors.Is(err, ErrBusy) {
+		t.Errorf("third login with one waiting already: got %v, want ErrBusy", err)
+	}
+	if _, err := th.Begin(t.Context(), "bob"); err != nil {
+		t.Errorf("bob waits for alice's turn: %v", err)
+	}
+	select {
+	case err := <-second:
+		t.Fatalf("second login did not wait for the first: %v", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	first.End(t.Context(), Failed)
+	wantThrottled(t, <-second)
+	if n := len(th.gate.lines); n != 1 {
+		t.Errorf("%d lines left, want bob's alone (his attempt was not ended)", n)
+	}
+}
+
+// waitRefs waits up to 5 s until username's line holds n logins, running
+// or waiting.
+func waitRefs(t *testing.T, th *Throttle, username string, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		th.gate.mu.Lock()
+		got := 0
+		if l := th.gate.lines[username]; l != nil {
+			got = l.refs
+		}
+		th.gate.mu.Unlock()
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s's line holds %d logins after 5s, want %d", username, got, n)
+		}
+	}
+}
+
+// TestRace sends 30 failing logins for one username at once, then 30
+// succeeding ones for another: exactly max of the first get through,
+// however they interleave, and all of the others do (logins at once are
+// not failures).
 func TestRace(t *testing.T) {
 	th := New(3, time.Minute)
-	var passed atomic.Int64
-	var wg sync.WaitGroup
-	for range 50 {
-		wg.Go(func() {
-			a, err := th.Begin(t.Context(), "alice")
-			if err != nil {
-				return
-			}
-			passed.Add(1)
-			runtime.Gosched()
-			a.End(t.Context(), Failed)
-		})
+	for _, test := range []struct {
+		username string
+		result   Result
+		want     int64
+	}{{"alice", Failed, 3}, {"bob", Succeeded, 30}} {
+		var passed atomic.Int64
+		var wg sync.WaitGroup
+		for range 30 {
+			wg.Go(func() {
+				a, err := th.Begin(t.Context(), test.username)
+				if err != nil {
+					return
+				}
+				passed.Add(1)
+				runtime.Gosched()
+				a.End(t.Context(), test.result)
+			})
+		}
+		wg.Wait()
+		if n := passed.Load(); n != test.want {
+			t.Errorf("%d of 30 concurrent logins of %s got through, want %d", n, test.username, test.want)
+		}
 	}
-	wg.Wait()
-	if n := passed.Load(); n != 3 {
-		t.Errorf("%d of 50 concurrent failing logins got through, want 3", n)
+	if n := len(th.gate.lines); n != 0 {
+		t.Errorf("%d lines left after every login ended, want none", n)
 	}
 }
 

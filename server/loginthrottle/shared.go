@@ -9,17 +9,16 @@ import (
 	"github.com/shebasvc/sheba/interceptors/ratelimit/redislimit"
 )
 
-// shared counts failed logins in Redis, one key per username
-// ("sheba:login:<username>") holding its attempts running and failures of
-// the window, which expires with the window. A key exists only while a
-// username has failures or attempts running, so Redis holds no more
-// usernames than failed in the last window. It is safe for concurrent use.
+// shared counts failed logins in Redis: one key per username,
+// "sheba:login:<username>", holding its failures of the window and
+// expiring with it, so Redis holds only the usernames that failed within
+// the last window. A count, a failure and a success are one round trip
+// each. It is safe for concurrent use.
 //
 // redis_rate (the rate limits' GCRA) does not fit: after max failures it
 // would let one more login through every window/max, where the throttle
-// refuses them until the window has passed. The two small scripts below
-// keep each decision atomic in one round trip; they are ours because no
-// library has a counter of failures with reservations.
+// refuses them until the window has passed. The two scripts below are
+// ours for that reason; each keeps its step atomic.
 type shared struct {
 	b      *redislimit.Backend
 	max    int
@@ -30,63 +29,56 @@ func newShared(b *redislimit.Backend, maxFailures int, window time.Duration) *sh
 	return &shared{b: b, max: maxFailures, window: window}
 }
 
-// beginScript counts an attempt (KEYS[1] the username's key, ARGV[1] max,
-// ARGV[2] the window in ms) unless max are counted already, and returns 0,
-// or the ms left of the window. The first count starts the window.
-var beginScript = redis.NewScript(`
+// countScript returns 0 when the count at KEYS[1] is below ARGV[1] (max),
+// else the ms left of its window (ARGV[2], the window in ms, to a count
+// that has lost its expiry, which sheba never writes).
+var countScript = redis.NewScript(`
 local n = tonumber(redis.call('GET', KEYS[1]) or '0')
-if n >= tonumber(ARGV[1]) then
-  local left = redis.call('PTTL', KEYS[1])
-  if left > 0 then
-    return left
-  end
-  -- A count without an expiry, which sheba never writes: give it one.
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return tonumber(ARGV[2])
+if n < tonumber(ARGV[1]) then
+  return 0
 end
-if redis.call('INCR', KEYS[1]) == 1 then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+local left = redis.call('PTTL', KEYS[1])
+if left > 0 then
+  return left
 end
-return 0
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return tonumber(ARGV[2])
 `)
 
-// giveBackScript takes back an attempt counted by beginScript (KEYS[1]),
-// deleting the key at 0 and keeping its expiry otherwise.
-var giveBackScript = redis.NewScript(`
-local n = tonumber(redis.call('GET', KEYS[1]) or '0')
-if n > 1 then
-  redis.call('DECR', KEYS[1])
-elseif n == 1 then
-  redis.call('DEL', KEYS[1])
+// failScript counts a failure at KEYS[1]; the first starts the window of
+// ARGV[1] ms.
+var failScript = redis.NewScript(`
+if redis.call('INCR', KEYS[1]) == 1 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
 end
 return 0
 `)
 
 func key(username string) string { return "sheba:login:" + username }
 
-// begin is local.begin in Redis; answered is false when Redis did not
-// answer in time (nothing is counted then: the caller counts in process).
-func (s *shared) begin(ctx context.Context, username string) (wait time.Duration, answered bool) {
+// count is local.count in Redis; answered is false when Redis did not
+// answer in time: the caller counts in process.
+func (s *shared) count(ctx context.Context, username string) (wait time.Duration, answered bool) {
 	var ms int64
 	answered = s.b.Do(ctx, func(ctx context.Context, c redis.UniversalClient) (err error) {
-		ms, err = beginScript.Run(ctx, c, []string{key(username)}, s.max, s.window.Milliseconds()).Int64()
+		ms, err = countScript.Run(ctx, c, []string{key(username)}, s.max, s.window.Milliseconds()).Int64()
 		return err
 	})
 	return time.Duration(ms) * time.Millisecond, answered
 }
 
-// end is local.end in Redis: a failure is counted already; a success
-// deletes the count; an undecided attempt is given back. When Redis does
-// not answer, the count stays as it was, to expire with its window.
-func (s *shared) end(ctx context.Context, username string, r Result) {
+// record is local.record in Redis; answered is false when Redis did not
+// answer in time: the caller records in process.
+func (s *shared) record(ctx context.Context, username string, r Result) (answered bool) {
 	switch r {
+	case Failed:
+		return s.b.Do(ctx, func(ctx context.Context, c redis.UniversalClient) error {
+			return failScript.Run(ctx, c, []string{key(username)}, s.window.Milliseconds()).Err()
+		})
 	case Succeeded:
-		s.b.Do(ctx, func(ctx context.Context, c redis.UniversalClient) error {
+		return s.b.Do(ctx, func(ctx context.Context, c redis.UniversalClient) error {
 			return c.Del(ctx, key(username)).Err()
 		})
-	case Undecided:
-		s.b.Do(ctx, func(ctx context.Context, c redis.UniversalClient) error {
-			return giveBackScript.Run(ctx, c, []string{key(username)}).Err()
-		})
 	}
+	return true
 }

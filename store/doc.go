@@ -12,7 +12,10 @@
 // InTx runs several methods in one transaction, for changes that must
 // commit together: the transaction rides in the context, so every method
 // called with that context joins it, and TxFromContext hands it to other
-// packages that write in it.
+// packages that write in it. WithLazyTx makes a transaction that its
+// owner ends but that begins only at the first store call with its
+// context, so that what runs before (a wait for a password hash slot)
+// holds no connection.
 //
 // Ids are uuids passed and returned as text. Callers validate their syntax
 // first; a malformed id that reaches the database still reads as ErrNotFound.

@@ -43,8 +43,10 @@ func (k IdempotencyKey) lockID() int64 {
 
 // LockIdempotencyKey takes the advisory lock of k for the rest of the
 // transaction if no other transaction holds it, and returns the unexpired
-// record of k, or nil if there is none. It must run in InTx: the lock is
-// released when the transaction ends.
+// record of k, or nil if there is none. In InTx (or a LazyTx) the lock is
+// released when the transaction ends; outside one, the statement is its
+// own transaction and the lock ends with it, so the call only tells
+// whether k has a record or is in use now, holding nothing after.
 //
 // A record comes first: when there is one, locked says nothing. With no
 // record, locked false means another request with k is running now. One

@@ -72,10 +72,13 @@ func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
 }
 
 // db returns what a method called with ctx runs its SQL on: the transaction
-// of InTx, or the pool.
+// of InTx, the LazyTx of ctx, or the pool.
 func (s *Store) db(ctx context.Context) querier {
 	if tx, ok := TxFromContext(ctx); ok {
 		return tx
+	}
+	if lt, ok := lazyTxFromContext(ctx); ok {
+		return lazyQuerier{lt}
 	}
 	return s.pool
 }
@@ -87,11 +90,18 @@ func (s *Store) db(ctx context.Context) querier {
 // seen one without the other (a row, the event that announces it, the
 // record of the request that made it) go through here. A call of InTx with
 // a context that already carries a transaction runs fn in that one, so the
-// outermost caller decides when it commits. The context fn is given must
-// not outlive fn.
+// outermost caller decides when it commits; so does the owner of a
+// LazyTx in ctx, which InTx begins if it has not begun. The context fn is
+// given must not outlive fn.
 func (s *Store) InTx(ctx context.Context, fn func(ctx context.Context) error) error {
 	if _, ok := TxFromContext(ctx); ok {
 		return fn(ctx)
+	}
+	if lt, ok := lazyTxFromContext(ctx); ok {
+		if err := lt.begin(ctx); err != nil {
+			return err
+		}
+		return translate(fn(context.WithValue(ctx, txKey{}, lt.tx)))
 	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {

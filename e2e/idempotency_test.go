@@ -115,32 +115,36 @@ func TestIdempotencyTransports(t *testing.T) {
 // the reason and Retry-After, which the chain's error details write.
 func TestIdempotencyInUseREST(t *testing.T) {
 	t.Parallel()
-	entered := make(chan struct{})
-	release := make(chan struct{})
-	var calls atomic.Int64
-	// The first create holds its transaction, and so the key, until the
-	// test releases it.
-	hold := withHandlerHook(func(ctx context.Context, method string) error {
-		if strings.HasSuffix(method, "/CreateSubscription") && calls.Add(1) == 1 {
-			close(entered)
-			select {
-			case <-release:
-			case <-ctx.Done():
-			}
-		}
-		return nil
-	})
-	e := newTestEnvWith(t, nil, []app.Option{hold})
+	e := newTestEnv(t)
 	id := e.insertAccount(t, "cora")
+	// The first create holds its transaction, and so the key, while its
+	// insert waits for the account's row, which the test locks; the key is
+	// claimed when the transaction begins, at the handler's first
+	// statement.
+	lock, err := e.pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Rollback(t.Context())
+	if _, err := lock.Exec(t.Context(), `SELECT FROM accounts WHERE id = $1 FOR UPDATE`, id); err != nil {
+		t.Fatal(err)
+	}
 	done := make(chan error, 1)
 	go func() {
 		_, err := e.sub.CreateSubscription(withIdemKey(t.Context(), "same"), &shebav1.CreateSubscriptionRequest{AccountId: id, Plan: "pro"})
 		done <- err
 	}()
-	select {
-	case <-entered:
-	case err := <-done:
-		t.Fatalf("held create: got %v before it was held", err)
+	for deadline := time.Now().Add(10 * time.Second); e.count(t, `
+		SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO subscriptions%'`) == 0; time.Sleep(10 * time.Millisecond) {
+		select {
+		case err := <-done:
+			t.Fatalf("held create: got %v before it was held", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first create did not come to wait for the account's row within 10s")
+		}
 	}
 
 	r := e.do(t, "POST", subscribePath(id), `{"plan":"pro"}`, "Idempotency-Key", "same")
@@ -151,7 +155,9 @@ func TestIdempotencyInUseREST(t *testing.T) {
 	if got := r.Header.Get("Retry-After"); got != "1" {
 		t.Errorf("Retry-After: got %q, want 1", got)
 	}
-	close(release)
+	if err := lock.Rollback(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	if err := <-done; err != nil {
 		t.Fatalf("held create: %v", err)
 	}

@@ -9,11 +9,10 @@
 // are scoped to the caller (an API key id), the method and the key. A call
 // without a key runs as if the interceptor were not there.
 //
-// With a key, the interceptor opens a transaction (Store.InTx) and passes
-// its context to the handler, so the handler's store calls (and anything
-// they enqueue with InTx) join it. In it, one statement takes a
-// transaction-scoped advisory lock of the scope, if free, and reads the
-// scope's record. Then:
+// With a key, the interceptor first looks at the key, in one statement
+// outside any transaction (store.LockIdempotencyKey): whether the scope has
+// a record, and whether a transaction-scoped advisory lock of it is free.
+// Then:
 //
 //   - a record with the same request fingerprint: its outcome is answered
 //     again, with "idempotent-replayed: true" metadata; the handler does not
@@ -22,11 +21,23 @@
 //     IDEMPOTENCY_KEY_REUSED (422 on REST);
 //   - no record, lock taken by another call: Aborted, reason
 //     IDEMPOTENCY_KEY_IN_USE, with retry-after of 1 second;
-//   - otherwise the handler runs, its response is recorded with
-//     INSERT … ON CONFLICT in the same transaction, and both commit
-//     together. If the insert finds a record that a concurrent call
-//     committed meanwhile, this call's change is rolled back and that record
-//     is answered.
+//   - otherwise the handler runs with a transaction in its context
+//     (Store.WithLazyTx) that begins at its first store call, so that what
+//     the handler does before (CreateAccount waits for a password hash
+//     slot, and hashes) holds no connection nor transaction. Beginning, the
+//     transaction claims the key: it takes the lock and reads the record
+//     again, and if another call took the key meanwhile, the handler's
+//     store calls fail (it gives up as if canceled) and the call is
+//     answered as above. The handler's store calls (and anything they
+//     enqueue with InTx) join the transaction; its response is recorded
+//     with INSERT … ON CONFLICT in it, and both commit together. A handler
+//     that made no store call claims the key then. If the insert finds a
+//     record that a concurrent call committed meanwhile, this call's
+//     change is rolled back and that record is answered.
+//
+// "Running" is thus being in the transaction: two calls with one key that
+// both pass the first look run up to their claims; the first to claim
+// goes on, the other finds the key in use or the record.
 //
 // The fingerprint is the SHA-256 of the request message in deterministic
 // protobuf encoding: REST and gRPC decode the same logical request into the
@@ -52,9 +63,10 @@
 // concurrency limit (a rejected call takes no lock nor connection), the
 // timeout and failfast, and right before the handler: the whole
 // transaction runs under the call's deadline, and a deadline that passes
-// in the middle rolls it all back, so nothing is recorded and the retry
-// runs anew; a deadline that passes after the commit makes the timeout
-// answer DeadlineExceeded, and the retry replays the recorded outcome.
+// in the middle (or while the handler waits, before it) rolls it all back,
+// so nothing is recorded and the retry runs anew; a deadline that passes
+// after the commit makes the timeout answer DeadlineExceeded, and the
+// retry replays the recorded outcome.
 // Apply it only to the methods that take keys (selector).
 //
 // Codes: InvalidArgument (a malformed key, a key without an API key, a

@@ -43,6 +43,7 @@ const inUseRetry = time.Second
 // those of package store, which document them.
 type Store interface {
 	InTx(ctx context.Context, fn func(ctx context.Context) error) error
+	WithLazyTx(ctx context.Context, onBegin func(ctx context.Context) error) (context.Context, *store.LazyTx)
 	LockIdempotencyKey(ctx context.Context, k store.IdempotencyKey) (*store.IdempotencyRecord, bool, error)
 	RecordIdempotencyKey(ctx context.Context, k store.IdempotencyKey, rec store.IdempotencyRecord, ttl time.Duration) (bool, error)
 	GetIdempotencyKey(ctx context.Context, k store.IdempotencyKey) (store.IdempotencyRecord, error)
@@ -68,13 +69,18 @@ var (
 		&errdetails.RetryInfo{RetryDelay: durationpb.New(inUseRetry)})
 )
 
-// Errors that end the transaction of InTx without a commit; they never
-// leave this package.
-var (
-	errRollback = errors.New("idempotency: roll back")
-	errLockHeld = errors.New("idempotency: key in use")
-	errRaced    = errors.New("idempotency: recorded by a concurrent call")
-)
+// errAnswered fails the handler's first store call when the claim of the
+// key finds the call answered already: by a record that a concurrent call
+// committed since the first look, or by the key in use. To the handler the
+// call is over, as if its client had gone away: the error wraps
+// context.Canceled, so every handler gives up quietly (the error table
+// answers Canceled without a log line), and the interceptor answers in its
+// place. It never leaves this package.
+var errAnswered = fmt.Errorf("idempotency: answered by its key: %w", context.Canceled)
+
+// errRaced ends the transaction without a commit when the record of a
+// concurrent call came first; it never leaves this package.
+var errRaced = errors.New("idempotency: recorded by a concurrent call")
 
 // UnaryServerInterceptor returns the interceptor over s. caller returns the
 // caller's identity (the API key id), which scopes the keys; a call with a
@@ -112,56 +118,100 @@ type call struct {
 }
 
 // run runs the call as the package comment says.
+//
+// Why the transaction is lazy, beginning and claiming the key at the
+// handler's first store call rather than before the handler: a handler may
+// wait for a scarce resource before it touches the database (CreateAccount
+// waits for a password hash slot, then hashes for about 30 ms of a core).
+// A transaction opened before the handler held a connection, idle in the
+// transaction, all that time, and 16 concurrent keyed sign-ups took every
+// connection of the pool from the other calls. The first look, outside any
+// transaction, answers a retry, a reused key and a key in use before the
+// handler runs, so they cost no hash either. The alternatives were worse:
+// a "prepare" step for the interceptor to run before it opens the
+// transaction splits every keyed handler in two, and ties the interceptor
+// to them; a claim committed on its own before the handler is a record
+// without its change, which needs recovery of its own after a crash. With
+// the lazy transaction the handlers do not change, and the change, its
+// record and its event still commit in one transaction.
 func (c *call) run(ctx context.Context, req any, handler grpc.UnaryHandler) (any, error) {
+	// The first look: one statement on the pool, whose lock ends with it.
+	rec, free, err := c.s.LockIdempotencyKey(ctx, c.k)
+	switch {
+	case err != nil:
+		return nil, c.o.failure(ctx, "check idempotency key", err)
+	case rec != nil:
+		return c.replay(ctx, *rec)
+	case !free:
+		return c.inUse(ctx)
+	}
+
+	// The claim, when the transaction begins: the key's record and its
+	// lock again, since another call may have taken the key meanwhile.
 	var (
-		resp       any
-		handlerErr error
-		found      *store.IdempotencyRecord
+		found *store.IdempotencyRecord
+		held  bool
 	)
-	err := c.s.InTx(ctx, func(ctx context.Context) error {
+	txCtx, tx := c.s.WithLazyTx(ctx, func(ctx context.Context) error {
 		rec, locked, err := c.s.LockIdempotencyKey(ctx, c.k)
 		switch {
 		case err != nil:
 			return err
 		case rec != nil:
 			found = rec
-			return errRollback
+			return errAnswered
 		case !locked:
-			return errLockHeld
+			held = true
+			return errAnswered
 		}
-		resp, handlerErr = handler(ctx, req)
-		if handlerErr != nil {
-			// The failed statement aborted the transaction: the error is
-			// recorded, if at all, after the rollback.
-			return errRollback
-		}
-		outcome, err := okRecord(c.fp, resp)
-		if err != nil {
-			return err
-		}
-		inserted, err := c.s.RecordIdempotencyKey(ctx, c.k, outcome, c.o.ttl)
-		if err != nil {
-			return err
-		}
-		if !inserted {
-			return errRaced
-		}
-		return c.o.beforeCommit(ctx)
+		return nil
 	})
+	defer tx.Rollback(ctx)
+	resp, handlerErr := handler(txCtx, req)
+	if handlerErr == nil {
+		// In the handler's transaction; a handler that made no store
+		// call claims the key here.
+		err = c.s.InTx(txCtx, func(ctx context.Context) error {
+			outcome, err := okRecord(c.fp, resp)
+			if err != nil {
+				return err
+			}
+			inserted, err := c.s.RecordIdempotencyKey(ctx, c.k, outcome, c.o.ttl)
+			if err != nil {
+				return err
+			}
+			if !inserted {
+				return errRaced
+			}
+			return c.o.beforeCommit(ctx)
+		})
+		if err == nil {
+			err = tx.Commit(ctx)
+		}
+	}
 	switch {
-	case err == nil:
-		return resp, nil
-	case errors.Is(err, errLockHeld):
-		retryafter.Set(ctx, inUseRetry)
-		return nil, errInUse
-	case errors.Is(err, errRaced):
-		return c.replayRecorded(ctx)
-	case !errors.Is(err, errRollback):
-		return nil, c.o.failure(ctx, "idempotent call", err)
 	case found != nil:
 		return c.replay(ctx, *found)
+	case held:
+		return c.inUse(ctx)
+	case handlerErr != nil:
+		// The failed statement aborted the transaction: the error is
+		// recorded, if at all, after the rollback.
+		tx.Rollback(ctx)
+		return c.recordError(ctx, handlerErr)
+	case errors.Is(err, errRaced):
+		tx.Rollback(ctx)
+		return c.replayRecorded(ctx)
+	case err != nil:
+		return nil, c.o.failure(ctx, "idempotent call", err)
 	}
-	return c.recordError(ctx, handlerErr)
+	return resp, nil
+}
+
+// inUse answers a call whose key another call holds.
+func (c *call) inUse(ctx context.Context) (any, error) {
+	retryafter.Set(ctx, inUseRetry)
+	return nil, errInUse
 }
 
 // recordError records handlerErr as the outcome if its code is recorded,

@@ -556,8 +556,8 @@ func TestCrashBeforeCommit(t *testing.T) {
 	}
 }
 
-// TestInUse holds a key in a running call and checks that another call
-// with it is told so at once.
+// TestInUse holds a key in a running call, in its transaction, and checks
+// that another call with it is told so at once.
 func TestInUse(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -568,8 +568,9 @@ func TestInUse(t *testing.T) {
 	req := &shebav1.CreateAccountRequest{Username: "ada"}
 	go func() {
 		_, err := e.interceptor(ctx, req, info, func(ctx context.Context, req any) (any, error) {
-			close(entered)
-			<-release
+			if err := holdKey(ctx, e.store, entered, release); err != nil {
+				return nil, err
+			}
 			return e.handler(ctx, req)
 		})
 		done <- err
@@ -592,6 +593,22 @@ func TestInUse(t *testing.T) {
 	}
 }
 
+// holdKey makes a store call with ctx, the handler's, which begins the
+// call's transaction and claims its key, and holds the transaction until
+// release is closed or ctx ends, after closing entered (if not nil).
+func holdKey(ctx context.Context, s *store.Store, entered, release chan struct{}) error {
+	return s.InTx(ctx, func(ctx context.Context) error {
+		if entered != nil {
+			close(entered)
+		}
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	})
+}
+
 // TestConcurrent sends n identical creates with one key at once to the real
 // services: one makes the change; the others are told the key is in use,
 // with retry-after, while it runs, and replay it after.
@@ -601,14 +618,15 @@ func TestConcurrent(t *testing.T) {
 	inUse := make(chan struct{})
 	var once sync.Once
 	e := newEnv(t)
-	// The one call that runs holds its transaction until another was told
-	// the key is in use, so both answers occur however the calls are
-	// scheduled. The bound only ends a test that would otherwise hang.
+	// The one call that claims the key holds its transaction until another
+	// was told the key is in use, so both answers occur however the calls
+	// are scheduled; the others' claims fail. The call's deadline only
+	// ends a test that would otherwise hang.
 	hold := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		select {
-		case <-inUse:
-		case <-ctx.Done():
-		case <-time.After(time.Minute):
+		ctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		if err := holdKey(ctx, e.store, nil, inUse); err != nil {
+			return nil, err
 		}
 		return handler(ctx, req)
 	}

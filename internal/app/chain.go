@@ -84,9 +84,10 @@ type chainDeps struct {
 //   - failfast: while the database is down, the calls that need it
 //     answer Unavailable at once rather than at their deadline.
 //   - idempotency (creates and cancel only): innermost, so a call rejected
-//     above takes no key nor connection, and its transaction, which the
-//     handler's writes join, runs under the deadline: a timeout in the
-//     middle rolls back the change and the key together.
+//     above takes no key nor connection, and its transaction, which begins
+//     at the handler's first statement and which the handler's writes
+//     join, runs under the deadline: a timeout in the middle rolls back
+//     the change and the key together.
 func unaryChain(d chainDeps) grpc.UnaryServerInterceptor {
 	links := chainLinks(d)
 	interceptors := make([]grpc.UnaryServerInterceptor, len(links))

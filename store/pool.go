@@ -26,10 +26,27 @@ type PoolOption func(*pgxpool.Config)
 // deadline is lost. d is rounded up to whole milliseconds; 0 leaves the
 // server's setting.
 func WithStatementTimeout(d time.Duration) PoolOption {
+	return withMillis("statement_timeout", d)
+}
+
+// WithIdleInTransactionTimeout makes the server end the session of a
+// transaction left idle longer than d between its statements (Postgres
+// idle_in_transaction_session_timeout on every connection of the pool), a
+// backstop under the rule that nothing waits while it holds a
+// transaction: one whose owner stopped anyway gives back its connection
+// slot and locks after d. d is rounded up to whole milliseconds; 0 leaves
+// the server's setting.
+func WithIdleInTransactionTimeout(d time.Duration) PoolOption {
+	return withMillis("idle_in_transaction_session_timeout", d)
+}
+
+// withMillis sets the server parameter name, a time in milliseconds, to d
+// on every connection, unless d is 0.
+func withMillis(name string, d time.Duration) PoolOption {
 	return func(c *pgxpool.Config) {
 		if d > 0 {
 			ms := (d + time.Millisecond - 1) / time.Millisecond
-			c.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(int64(ms), 10)
+			c.ConnConfig.RuntimeParams[name] = strconv.FormatInt(int64(ms), 10)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/shebasvc/sheba/store"
@@ -51,6 +52,16 @@ func TestCancelKeepsConnection(t *testing.T) {
 	}
 }
 
+// wantSetting checks the value of the server parameter name on a
+// connection of pool.
+func wantSetting(t *testing.T, pool *pgxpool.Pool, name, want string) {
+	t.Helper()
+	var got string
+	if err := pool.QueryRow(t.Context(), `SHOW `+name).Scan(&got); err != nil || got != want {
+		t.Errorf("%s: got %q, %v, want %s", name, got, err, want)
+	}
+}
+
 // TestStatementTimeout checks that the server itself ends a statement
 // that runs past the pool's statement timeout, whatever the context, and
 // that it is query_canceled.
@@ -61,10 +72,7 @@ func TestStatementTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	var setting string
-	if err := pool.QueryRow(t.Context(), `SHOW statement_timeout`).Scan(&setting); err != nil || setting != "150ms" {
-		t.Errorf("statement_timeout: got %q, %v, want 150ms", setting, err)
-	}
+	wantSetting(t, pool, "statement_timeout", "150ms")
 	start := time.Now()
 	_, err = pool.Exec(t.Context(), `SELECT pg_sleep(10)`)
 	if !queryCanceled(err) {
@@ -136,5 +144,47 @@ func TestCancelAll(t *testing.T) {
 	}
 	if n := c.CancelAll(t.Context()); n != 0 {
 		t.Errorf("CancelAll after Close sent %d cancel requests, want 0", n)
+	}
+}
+
+// TestIdleInTransactionTimeout checks that the server ends the session of
+// a transaction left idle past the pool's idle-in-transaction timeout, and
+// that the pool goes on with a new connection.
+func TestIdleInTransactionTimeout(t *testing.T) {
+	t.Parallel()
+	url := storetest.NewDatabase(t)
+	pool, err := store.OpenPool(t.Context(), url, 2, tracenoop.NewTracerProvider(), store.WithIdleInTransactionTimeout(150*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	wantSetting(t, pool, "idle_in_transaction_session_timeout", "150ms")
+	tx, err := pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(t.Context())
+	var pid int
+	if err := tx.QueryRow(t.Context(), `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	// The session ends by itself; another connection watches it go.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var alive bool
+		if err := pool.QueryRow(t.Context(), `SELECT EXISTS (SELECT FROM pg_stat_activity WHERE pid = $1)`, pid).Scan(&alive); err != nil {
+			t.Fatal(err)
+		}
+		if !alive {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the idle transaction's session still runs after 10s, want it ended after 150ms")
+		}
+	}
+	if _, err := tx.Exec(t.Context(), `SELECT 1`); err == nil {
+		t.Error("statement in the ended transaction: got no error")
+	}
+	if _, err := pool.Exec(t.Context(), `SELECT 1`); err != nil {
+		t.Errorf("query after the session ended: %v", err)
 	}
 }

@@ -81,9 +81,12 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 			a.close()
 		}
 	}()
-	// No query outlives the longest request (docs/operations.md#slow-database).
+	// No query outlives the longest request, nor does a transaction stay
+	// idle that long between its statements: nothing waits while it holds
+	// a transaction (docs/operations.md#slow-database).
 	if a.pool, err = store.OpenPool(ctx, cfg.Database.URL, cfg.Database.MaxConns, tp,
-		store.WithStatementTimeout(cfg.Limits.Timeout), store.WithCanceler(&a.conns)); err != nil {
+		store.WithStatementTimeout(cfg.Limits.Timeout), store.WithIdleInTransactionTimeout(cfg.Limits.Timeout),
+		store.WithCanceler(&a.conns)); err != nil {
 		return nil, err
 	}
 	// The health check has a connection of its own: a busy business pool

@@ -99,3 +99,32 @@ func TestNewLogsWarnings(t *testing.T) {
 		t.Errorf("got warnings %q, want the shutdown bound's and the paging secret's", warned)
 	}
 }
+
+// TestPoolBackstops checks what every connection of the business pool
+// carries, derived from limits.timeout, under the deadline of each
+// request: statement_timeout, and idle_in_transaction_session_timeout
+// (docs/operations.md#slow-database).
+func TestPoolBackstops(t *testing.T) {
+	cfg := config.Default()
+	cfg.Database.URL = storetest.NewDatabase(t)
+	cfg.Limits.Timeout = 3 * time.Second
+	a, err := New(t.Context(), cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	defer a.close()
+	// Two connections at once: each has them, not only the first.
+	for range 2 {
+		c, err := a.pool.Acquire(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Release()
+		for _, setting := range []string{"statement_timeout", "idle_in_transaction_session_timeout"} {
+			var got string
+			if err := c.QueryRow(t.Context(), `SHOW `+setting).Scan(&got); err != nil || got != "3s" {
+				t.Errorf("%s: got %q, %v; want 3s", setting, got, err)
+			}
+		}
+	}
+}

@@ -168,9 +168,10 @@ type Idempotency struct {
 
 // Paging configures the page tokens of the list methods.
 type Paging struct {
-	// Secret is the HMAC-SHA256 key of page tokens: 64 hex digits, the
-	// same on every replica. Empty means a random key per process. It is
-	// a secret, so it is never printed.
+	// Secret is the HMAC-SHA256 key of page tokens, and the key from
+	// which that of the passwords in idempotency fingerprints is derived:
+	// 64 hex digits, the same on every replica. Empty means a random key
+	// per process. It is a secret, so it is never printed.
 	Secret string `yaml:"secret"`
 }
 

@@ -400,7 +400,7 @@ func (c Config) Warnings() []string {
 			s.Timeout, s.DrainDelay, l.Timeout))
 	}
 	if c.Paging.Secret == "" {
-		w = append(w, "paging.secret is not set: page tokens are signed with a random key of this process, so they fail on other replicas and after a restart (docs/configuration.md#paging)")
+		w = append(w, "paging.secret is not set: page tokens and the passwords in idempotency fingerprints are keyed with a random key of this process, so on other replicas and after a restart tokens fail and sign-up retries with an Idempotency-Key answer 422 (docs/configuration.md#paging)")
 	}
 	return w
 }

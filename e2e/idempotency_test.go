@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 
 	"github.com/shebasvc/sheba/config"
@@ -57,6 +58,22 @@ func wantReplayed(t *testing.T, what string, r restResponse, want bool) {
 	}
 }
 
+// wantGRPCReplay checks that a gRPC answer, its header and its message
+// got, is marked replayed and says what the REST answer body first said.
+func wantGRPCReplay(t *testing.T, what string, header metadata.MD, first []byte, got proto.Message) {
+	t.Helper()
+	if v := header.Get("idempotent-replayed"); len(v) != 1 || v[0] != "true" {
+		t.Errorf("%s: idempotent-replayed %q, want true", what, v)
+	}
+	want := got.ProtoReflect().New().Interface()
+	if err := protojson.Unmarshal(first, want); err != nil {
+		t.Fatalf("REST body %s: %v", first, err)
+	}
+	if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
+		t.Errorf("%s (-want +got):\n%s", what, diff)
+	}
+}
+
 // TestIdempotencyTransports checks that a replay over REST answers what
 // the first answer said, byte for byte, and over gRPC the same message,
 // each marked replayed; that a reused key is 422 on REST; and that the
@@ -85,16 +102,7 @@ func TestIdempotencyTransports(t *testing.T) {
 	if err != nil {
 		t.Fatalf("gRPC retry: %v", err)
 	}
-	if got := header.Get("idempotent-replayed"); len(got) != 1 || got[0] != "true" {
-		t.Errorf("gRPC retry: idempotent-replayed %q, want true", got)
-	}
-	var want shebav1.Subscription
-	if err := protojson.Unmarshal(first.Body, &want); err != nil {
-		t.Fatalf("REST body %s: %v", first.Body, err)
-	}
-	if diff := cmp.Diff(&want, resp.GetSubscription(), protocmp.Transform()); diff != "" {
-		t.Errorf("gRPC replay of a REST create (-want +got):\n%s", diff)
-	}
+	wantGRPCReplay(t, "gRPC replay of a REST create", header, first.Body, resp.GetSubscription())
 
 	r := e.do(t, "POST", subscribePath(id), `{"plan":"basic"}`, "Idempotency-Key", `"sub-1"`)
 	st := wantRESTError(t, r, http.StatusUnprocessableEntity, codes.InvalidArgument, "")
@@ -232,4 +240,48 @@ func TestIdempotencyNeedsCaller(t *testing.T) {
 	r := e.do(t, "POST", subscribePath(id), `{"plan":"pro"}`, "Idempotency-Key", "anon", "X-Api-Key", "")
 	wantRESTError(t, r, http.StatusBadRequest, codes.InvalidArgument, "idempotency-key")
 	wantCode(t, e.do(t, "POST", subscribePath(id), `{"plan":"pro"}`, "X-Api-Key", ""), http.StatusOK)
+}
+
+// TestIdempotencyPassword checks that the password is part of the request
+// a key is bound to, on both transports: the same key with the same
+// password replays, with another password it is refused as reused.
+func TestIdempotencyPassword(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	body := func(password string) string {
+		return `{"username":"pat","password":"` + password + `"}`
+	}
+	first := e.do(t, "POST", "/v1/accounts", body("correct horse"), "Idempotency-Key", "signup")
+	wantCode(t, first, http.StatusOK)
+	again := e.do(t, "POST", "/v1/accounts", body("correct horse"), "Idempotency-Key", "signup")
+	wantCode(t, again, http.StatusOK)
+	wantReplayed(t, "REST retry with the same password", again, true)
+	if !bytes.Equal(first.Body, again.Body) {
+		t.Errorf("replayed body:\n got %s\nwant %s", again.Body, first.Body)
+	}
+
+	r := e.do(t, "POST", "/v1/accounts", body("wrong horse"), "Idempotency-Key", "signup")
+	st := wantRESTError(t, r, http.StatusUnprocessableEntity, codes.InvalidArgument, "")
+	if got := reasonOf(status.FromProto(st)); got != "IDEMPOTENCY_KEY_REUSED" {
+		t.Errorf("REST reason: got %q, want IDEMPOTENCY_KEY_REUSED; body %s", got, r.Body)
+	}
+	wantReplayed(t, "REST retry with another password", r, false)
+
+	_, err := e.account.CreateAccount(withIdemKey(t.Context(), "signup"), &shebav1.CreateAccountRequest{Username: "pat", Password: "wrong horse"})
+	if s := status.Convert(err); s.Code() != codes.InvalidArgument || reasonOf(s) != "IDEMPOTENCY_KEY_REUSED" {
+		t.Errorf("gRPC retry with another password: got %v, want INVALID_ARGUMENT IDEMPOTENCY_KEY_REUSED", err)
+	}
+	var header metadata.MD
+	resp, err := e.account.CreateAccount(withIdemKey(t.Context(), "signup"), &shebav1.CreateAccountRequest{Username: "pat", Password: "correct horse"}, grpc.Header(&header))
+	if err != nil {
+		t.Fatalf("gRPC retry with the same password: %v", err)
+	}
+	wantGRPCReplay(t, "gRPC replay of a REST sign-up", header, first.Body, resp.GetAccount())
+	// The first password is the one that logs in.
+	if _, err := e.account.Login(t.Context(), &shebav1.LoginRequest{Username: "pat", Password: "correct horse"}); err != nil {
+		t.Errorf("Login with the first password: %v", err)
+	}
+	if n := e.count(t, `SELECT count(*) FROM accounts`); n != 1 {
+		t.Errorf("accounts: got %d, want 1", n)
+	}
 }

@@ -41,9 +41,10 @@
 //
 // The fingerprint is the SHA-256 of the request message in deterministic
 // protobuf encoding: REST and gRPC decode the same logical request into the
-// same message, so a retry may even switch transports. Fields marked
-// debug_redact (the password) are left out, so that no fast hash of a
-// secret is stored.
+// same message, so a retry may even switch transports. Every field counts;
+// the fields marked debug_redact (the password) enter it only as their
+// HMAC-SHA256 under the key of WithFingerprintKey, so that the record
+// holds no fast unkeyed hash of a secret.
 //
 // What is recorded: OK, and the errors by which the handler answers about
 // the data (NotFound, AlreadyExists, FailedPrecondition, PermissionDenied,

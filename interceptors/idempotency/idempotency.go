@@ -2,10 +2,13 @@ package idempotency
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -14,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/descriptorpb"
@@ -100,7 +104,7 @@ func UnaryServerInterceptor(s Store, caller func(context.Context) string, opts .
 		if id == "" {
 			return nil, errNoCaller
 		}
-		fp, err := fingerprint(msg)
+		fp, err := fingerprint(msg, o.fingerprintKey)
 		if err != nil {
 			return nil, o.failure(ctx, "fingerprint request", err)
 		}
@@ -308,18 +312,36 @@ func (o *options) failure(ctx context.Context, op string, err error) error {
 }
 
 // fingerprint returns the SHA-256 of m in deterministic protobuf encoding,
-// with the fields marked debug_redact cleared.
+// in which each field marked debug_redact (the password) stands as the
+// HMAC-SHA256 under key of its own encoding. Every field counts, so a
+// retry with another password is another request; a secret enters the
+// record only through the keyed MAC, so a copy of the table cannot be
+// searched for passwords with a fast hash.
 //
 // Deterministic encoding writes the fields of a message in field-number
 // order whatever way the message was built, so the REST gateway (decoding
 // JSON or CBOR) and gRPC (decoding protobuf) give the same bytes for the
 // same logical request; proto3 leaves default values out, so an absent
-// field and an empty one agree too.
-func fingerprint(m proto.Message) ([]byte, error) {
+// field and an empty one agree too. The MAC takes its field's place in a
+// clone: the field is cleared and the MAC appended as an unknown field of
+// its number and of wire type bytes, which for a string field (the
+// password) is exactly the encoding the MAC would have as its value; the
+// fields of one message go in number order.
+func fingerprint(m proto.Message, key []byte) ([]byte, error) {
 	if len(redacted(m.ProtoReflect())) > 0 {
 		m = proto.Clone(m)
-		for _, f := range redacted(m.ProtoReflect()) {
+		secrets := redacted(m.ProtoReflect())
+		slices.SortStableFunc(secrets, func(a, b redactedField) int {
+			return cmp.Compare(a.field.Number(), b.field.Number())
+		})
+		for _, f := range secrets {
+			mac, err := fieldMAC(key, f)
+			if err != nil {
+				return nil, err
+			}
 			f.msg.Clear(f.field)
+			raw := protowire.AppendTag(f.msg.GetUnknown(), f.field.Number(), protowire.BytesType)
+			f.msg.SetUnknown(protowire.AppendBytes(raw, mac))
 		}
 	}
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
@@ -328,6 +350,19 @@ func fingerprint(m proto.Message) ([]byte, error) {
 	}
 	sum := sha256.Sum256(b)
 	return sum[:], nil
+}
+
+// fieldMAC returns the HMAC-SHA256 under key of f, encoded alone.
+func fieldMAC(key []byte, f redactedField) ([]byte, error) {
+	alone := f.msg.New()
+	alone.Set(f.field, f.msg.Get(f.field))
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(alone.Interface())
+	if err != nil {
+		return nil, err
+	}
+	mac := hmac.New(sha256.New, key)
+	mac.Write(b)
+	return mac.Sum(nil), nil
 }
 
 // redactedField is a set field marked debug_redact.

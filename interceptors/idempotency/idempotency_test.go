@@ -1,7 +1,9 @@
 package idempotency_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -238,13 +240,19 @@ func TestInterceptorDirect(t *testing.T) {
 		t.Errorf("handler runs after a call and its retry: got %d, want 1", got)
 	}
 
-	// Only the password differs: it is not part of the fingerprint.
-	if _, err := e.call(t, "c1", "k", &shebav1.CreateAccountRequest{Username: "ada", Password: "other-pw"}); err != nil {
-		t.Errorf("retry with another password: got %v, want the replay", err)
+	// Every field counts, the password too (through its HMAC).
+	for _, other := range []*shebav1.CreateAccountRequest{
+		{Username: "ada", Password: "other-pw"},
+		{Username: "ada"},
+		{Username: "bea", Password: "secret-1"},
+	} {
+		_, err = e.call(t, "c1", "k", other)
+		if status.Code(err) != codes.InvalidArgument || reason(err) != idempotency.ReasonReused {
+			t.Errorf("another request (%v): got %v, want InvalidArgument %s", other, err, idempotency.ReasonReused)
+		}
 	}
-	_, err = e.call(t, "c1", "k", &shebav1.CreateAccountRequest{Username: "bea", Password: "secret-1"})
-	if status.Code(err) != codes.InvalidArgument || reason(err) != idempotency.ReasonReused {
-		t.Errorf("another request: got %v, want InvalidArgument %s", err, idempotency.ReasonReused)
+	if _, err := e.call(t, "c1", "k", req); err != nil {
+		t.Errorf("retry with the same password after the refused ones: got %v, want the replay", err)
 	}
 
 	// Another caller's key is another key; no key runs the handler as is.
@@ -262,6 +270,60 @@ func TestInterceptorDirect(t *testing.T) {
 	}
 	if got, want := e.count(t, "idempotency_keys"), 2; got != want {
 		t.Errorf("records: got %d, want %d", got, want)
+	}
+}
+
+// TestFingerprintKey checks that the password enters the fingerprint
+// through an HMAC under the key of WithFingerprintKey: replicas with the
+// same key replay each other's records, one with another key refuses the
+// same request as reused, and the record holds no unkeyed SHA-256 of the
+// request, with or without its password.
+func TestFingerprintKey(t *testing.T) {
+	t.Parallel()
+	pool := storetest.NewPool(t)
+	s := store.New(pool)
+	caller := func(context.Context) string { return "c" }
+	replica := func(key string) grpc.UnaryServerInterceptor {
+		return idempotency.UnaryServerInterceptor(s, caller, idempotency.WithFingerprintKey([]byte(key)))
+	}
+	var runs atomic.Int64
+	handler := func(context.Context, any) (any, error) {
+		runs.Add(1)
+		return &shebav1.CreateAccountResponse{Account: &shebav1.Account{Id: "1", Username: "ada"}}, nil
+	}
+	req := &shebav1.CreateAccountRequest{Username: "ada", Password: "secret-1"}
+	ctx := metadata.NewIncomingContext(t.Context(), metadata.Pairs(idempotency.MetadataKey, "k"))
+	for _, step := range []struct {
+		name        string
+		interceptor grpc.UnaryServerInterceptor
+		reused      bool
+	}{
+		{"first replica", replica("key one"), false},
+		{"second replica, same key", replica("key one"), false},
+		{"replica with another key", replica("key two"), true},
+	} {
+		_, err := step.interceptor(ctx, req, info, handler)
+		reused := status.Code(err) == codes.InvalidArgument && reason(err) == idempotency.ReasonReused
+		if step.reused && !reused || !step.reused && err != nil {
+			t.Errorf("%s: got %v, want reused %v", step.name, err, step.reused)
+		}
+	}
+	if got := runs.Load(); got != 1 {
+		t.Errorf("handler runs: got %d, want 1", got)
+	}
+
+	var stored []byte
+	if err := pool.QueryRow(t.Context(), `SELECT fingerprint FROM idempotency_keys`).Scan(&stored); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []*shebav1.CreateAccountRequest{req, {Username: "ada"}} {
+		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sum := sha256.Sum256(b); bytes.Equal(stored, sum[:]) {
+			t.Errorf("the record holds the SHA-256 of %v", m)
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"context"
+	"crypto/rand"
 	"log/slog"
 	"time"
 )
@@ -12,6 +13,8 @@ const DefaultTTL = 24 * time.Hour
 type options struct {
 	ttl time.Duration
 	log *slog.Logger
+	// fingerprintKey is the HMAC key of the secrets in a fingerprint.
+	fingerprintKey []byte
 	// beforeCommit runs after the record is written, in its transaction
 	// (tests break the transaction with it).
 	beforeCommit func(ctx context.Context) error
@@ -32,14 +35,36 @@ func WithLogger(log *slog.Logger) Option {
 	return func(o *options) { o.log = log }
 }
 
+// WithFingerprintKey is the HMAC-SHA256 key under which the fields marked
+// debug_redact (the password) enter the fingerprint of a request. It must
+// be the same on every replica, and across restarts: a
+// retry fingerprinted under another key than its first request is refused
+// as a reused key. Without it (or with an empty key), each interceptor
+// draws a random key, good for its own process only.
+func WithFingerprintKey(key []byte) Option {
+	return func(o *options) {
+		if len(key) > 0 {
+			o.fingerprintKey = key
+		}
+	}
+}
+
 func evaluateOptions(opts []Option) *options {
 	o := &options{
-		ttl:          DefaultTTL,
-		log:          slog.New(slog.DiscardHandler),
-		beforeCommit: func(context.Context) error { return nil },
+		ttl:            DefaultTTL,
+		log:            slog.New(slog.DiscardHandler),
+		fingerprintKey: randomKey(),
+		beforeCommit:   func(context.Context) error { return nil },
 	}
 	for _, opt := range opts {
 		opt(o)
 	}
 	return o
+}
+
+// randomKey returns 32 random bytes.
+func randomKey() []byte {
+	key := make([]byte, 32)
+	_, _ = rand.Read(key) // never fails (crypto/rand)
+	return key
 }

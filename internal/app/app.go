@@ -161,6 +161,10 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 			return fmt.Errorf("metrics: %w", err)
 		}
 	}
+	fpKey, err := fingerprintKey(cfg.Paging)
+	if err != nil {
+		return fmt.Errorf("idempotency: %w", err)
+	}
 	chain := unaryChain(chainDeps{
 		limits:     cfg.Limits,
 		authn:      authn,
@@ -174,7 +178,9 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 		keys:       a.store,
 		idempotent: server.IdempotentMethods(),
 		keyTTL:     cfg.Idempotency.TTL,
-		extra:      o.interceptors,
+		// paging.secret is the secret every replica shares already.
+		fingerprintKey: fpKey,
+		extra:          o.interceptors,
 	})
 
 	a.streams = drain.New()

@@ -2,6 +2,8 @@ package app
 
 import (
 	"context"
+	"crypto/hkdf"
+	"crypto/sha256"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
@@ -55,6 +57,9 @@ type chainDeps struct {
 	keys       idempotency.Store
 	idempotent map[string]bool
 	keyTTL     time.Duration
+	// fingerprintKey is the HMAC key of the passwords in the requests'
+	// fingerprints (fingerprintKey); nil: one of this process.
+	fingerprintKey []byte
 	// extra run after every link above, right before the handler
 	// (WithUnaryInterceptor).
 	extra []grpc.UnaryServerInterceptor
@@ -156,7 +161,7 @@ func chainLinks(d chainDeps) []link {
 		}
 		links = append(links, link{"idempotency", selector.UnaryServerInterceptor(
 			idempotency.UnaryServerInterceptor(d.keys, apikey.IDFromContext,
-				idempotency.WithTTL(d.keyTTL), idempotency.WithLogger(d.log)),
+				idempotency.WithTTL(d.keyTTL), idempotency.WithLogger(d.log), idempotency.WithFingerprintKey(d.fingerprintKey)),
 			selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool { return idempotent[c.Service][c.Method] }),
 		)})
 	}
@@ -164,6 +169,23 @@ func chainLinks(d chainDeps) []link {
 		links = append(links, link{fmt.Sprintf("extra_%d", i), x})
 	}
 	return links
+}
+
+// fingerprintKey derives the HMAC key under which a password enters the
+// fingerprint of an idempotent request from paging.secret, with a label of
+// its own so that neither use can stand for the other. The key must be the
+// same on every replica and across restarts, or the retry of a sign-up is
+// refused as a reused key: paging.secret is the secret sheba already needs
+// to be so, set and kept by the operator for the same reason. A key of its
+// own would be one more secret to deploy for little: changing paging.secret
+// fails the page tokens and the sign-up keys issued under it alike, for at
+// most idempotency.ttl. It returns nil when paging.secret is empty.
+func fingerprintKey(p config.Paging) ([]byte, error) {
+	secret := p.Key()
+	if secret == nil {
+		return nil, nil
+	}
+	return hkdf.Key(sha256.New, secret, nil, "sheba idempotency fingerprint", 32)
 }
 
 // errInternal is the answer to a panic: that of any unexpected error.

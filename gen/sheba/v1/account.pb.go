@@ -92,8 +92,8 @@ type CreateAccountRequest struct {
 	// Unique name: 3 to 64 characters of a-z, 0-9, '.', '_' and '-'.
 	Username string `protobuf:"bytes,1,opt,name=username,proto3" json:"username,omitempty"`
 	// Password: 8 to 256 bytes. Stored only as an argon2id hash. Marked
-	// debug_redact: it is kept out of text dumps and of the fingerprint of an
-	// idempotent request.
+	// debug_redact: it is kept out of text dumps, and enters the fingerprint
+	// of an idempotent request only as a keyed HMAC.
 	Password      string `protobuf:"bytes,2,opt,name=password,proto3" json:"password,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

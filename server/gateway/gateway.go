@@ -125,7 +125,14 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, o Options) (http.Ha
 		}
 	}
 
-	codec, err := httpcompress.NewHandler(markBodies(gw),
+	// The mux, with the 405s it cannot tell (routes.go) answered before
+	// it, where it answers its own.
+	mux := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !routes.misrouted(gw, w, r) {
+			gw.ServeHTTP(w, r)
+		}
+	})
+	codec, err := httpcompress.NewHandler(markBodies(mux),
 		httpcompress.WithMinBytes(o.CompressMinBytes),
 		httpcompress.WithMaxRequestBytes(o.MaxBodyBytes),
 		httpcompress.WithErrorWriter(func(w http.ResponseWriter, r *http.Request, httpStatus int, msg string) {

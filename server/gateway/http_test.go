@@ -33,6 +33,13 @@ func TestRoutingErrors(t *testing.T) {
 		{"PUT on ping", http.MethodPut, "/v1/ping", 405, codes.Unimplemented, "GET"},
 		{"DELETE on subscription", http.MethodDelete, "/v1/accounts/" + unknownID + "/subscription", 405, codes.Unimplemented, "GET, POST"},
 		{"GET on login", http.MethodGet, "/v1/accounts:login", 405, codes.Unimplemented, "POST"},
+		{"GET on cancel", http.MethodGet, "/v1/accounts/" + unknownID + "/subscription:cancel", 405, codes.Unimplemented, "POST"},
+		// The routes of the endpoint itself take the id segment of these
+		// paths, verb and all, as an id; they are the verb's paths.
+		{"GET on rotateSecret", http.MethodGet, "/v1/webhookEndpoints/" + unknownID + ":rotateSecret", 405, codes.Unimplemented, "POST"},
+		{"DELETE on rotateSecret", http.MethodDelete, "/v1/webhookEndpoints/" + unknownID + ":rotateSecret", 405, codes.Unimplemented, "POST"},
+		{"PUT on rotateSecret", http.MethodPut, "/v1/webhookEndpoints/" + unknownID + ":rotateSecret", 405, codes.Unimplemented, "POST"},
+		{"unknown verb", http.MethodPost, "/v1/webhookEndpoints/" + unknownID + ":rotate", 405, codes.Unimplemented, "DELETE, GET"},
 	} {
 		t.Run(test.name, func(t *testing.T) {
 			r := g.do(t, test.method, test.path, "")
@@ -193,6 +200,7 @@ func TestOpenAPIDocumentHasEveryRoute(t *testing.T) {
 		"POST /v1/accounts/{accountId}/subscription:cancel",
 		"POST /v1/accounts:login",
 		"POST /v1/webhookEndpoints",
+		"POST /v1/webhookEndpoints/{endpointId}:rotateSecret",
 	}
 	slices.Sort(want)
 	if doc.Swagger != "2.0" {

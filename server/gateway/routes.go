@@ -27,8 +27,12 @@ type routeTable struct {
 type route struct {
 	template string   // as in the OpenAPI document: /v1/accounts/{accountId}
 	segments []string // "{name}" matches any one segment
-	method   string
-	rpc      string // the full gRPC method: /sheba.v1.AccountService/GetAccount
+	// verb ends the path (":rotateSecret" of
+	// /v1/webhookEndpoints/{endpointId}:rotateSecret), after the last
+	// segment; "" for a route without one.
+	verb   string
+	method string
+	rpc    string // the full gRPC method: /sheba.v1.AccountService/GetAccount
 }
 
 // newRouteTable reads the routes of doc, each the operation of one method
@@ -65,9 +69,16 @@ func newRouteTable(doc string, services ...*grpc.ServiceDesc) (*routeTable, erro
 			if !ok {
 				return nil, fmt.Errorf("OpenAPI document: %s %s: operation %q is no method of the services", strings.ToUpper(method), path, op.OperationID)
 			}
+			segments := strings.Split(strings.Trim(path, "/"), "/")
+			last := segments[len(segments)-1]
+			var verb string
+			if i := strings.LastIndexByte(last, ':'); i > 0 && !strings.Contains(last[i:], "}") {
+				segments[len(segments)-1], verb = last[:i], last[i:]
+			}
 			t.routes = append(t.routes, route{
 				template: path,
-				segments: strings.Split(strings.Trim(path, "/"), "/"),
+				segments: segments,
+				verb:     verb,
 				method:   strings.ToUpper(method),
 				rpc:      rpc,
 			})
@@ -76,11 +87,34 @@ func newRouteTable(doc string, services ...*grpc.ServiceDesc) (*routeTable, erro
 	return t, nil
 }
 
+// A path that a route with a verb matches is that route's path, under any
+// method: a route without a verb whose last segment is a variable matches
+// it too (/v1/webhookEndpoints/{endpointId} matches
+// /v1/webhookEndpoints/X:rotateSecret, X:rotateSecret its id), and so does
+// the mux, which would give a GET of it to GetWebhookEndpoint, answering
+// 400 for the id. So the table looks among the routes with a verb alone
+// when one matches, and misrouted answers 405 before the mux.
+
+// verbPath reports whether a route with a verb matches path. Only a path
+// whose last segment holds a colon is looked up.
+func (t *routeTable) verbPath(path string) bool {
+	if !strings.Contains(path[strings.LastIndexByte(path, '/')+1:], ":") {
+		return false
+	}
+	for _, rt := range t.routes {
+		if rt.verb != "" && rt.matches(path) {
+			return true
+		}
+	}
+	return false
+}
+
 // allowed returns the methods of the routes that match path, sorted.
 func (t *routeTable) allowed(path string) []string {
+	verb := t.verbPath(path)
 	var methods []string
 	for _, rt := range t.routes {
-		if rt.matches(path) && !slices.Contains(methods, rt.method) {
+		if (rt.verb != "") == verb && rt.matches(path) && !slices.Contains(methods, rt.method) {
 			methods = append(methods, rt.method)
 		}
 	}
@@ -90,12 +124,28 @@ func (t *routeTable) allowed(path string) []string {
 
 // find returns the route of method and path, if there is one.
 func (t *routeTable) find(method, path string) (route, bool) {
+	verb := t.verbPath(path)
 	for _, rt := range t.routes {
-		if rt.method == method && rt.matches(path) {
+		if rt.method == method && (rt.verb != "") == verb && rt.matches(path) {
 			return rt, true
 		}
 	}
 	return route{}, false
+}
+
+// misrouted answers 405 with Allow to a request for the path of a route
+// with a verb under a method it does not have, and reports whether it did;
+// the mux would answer it from the handler of another route, or 405 too.
+func (t *routeTable) misrouted(gw *runtime.ServeMux, w http.ResponseWriter, r *http.Request) bool {
+	if !t.verbPath(r.URL.Path) {
+		return false
+	}
+	if _, ok := t.find(r.Method, r.URL.Path); ok {
+		return false
+	}
+	_, m := runtime.MarshalerForRequest(gw, r)
+	t.routingError(r.Context(), gw, m, w, r, http.StatusMethodNotAllowed)
+	return true
 }
 
 // template returns the path template of the route of method and path, or
@@ -112,11 +162,18 @@ func (t *routeTable) rpc(method, path string) string {
 	return rt.rpc
 }
 
-// matches reports whether path, split at "/" once trimmed of them, matches
-// the route's segments. It walks the path rather than splitting it, so that
-// finding a route allocates nothing.
+// matches reports whether path, split at "/" once trimmed of them (and of
+// the route's verb, which it must end in), matches the route's segments. It
+// walks the path rather than splitting it, so that finding a route
+// allocates nothing.
 func (rt route) matches(path string) bool {
 	rest := strings.Trim(path, "/")
+	if rt.verb != "" {
+		var ok bool
+		if rest, ok = strings.CutSuffix(rest, rt.verb); !ok {
+			return false
+		}
+	}
 	for i, want := range rt.segments {
 		seg, tail, more := strings.Cut(rest, "/")
 		if more != (i < len(rt.segments)-1) {

@@ -69,9 +69,22 @@ func TestRouteMethods(t *testing.T) {
 		{http.MethodGet, "/v1/nothing"},
 		{http.MethodDelete, "/v1/accounts"},
 		{http.MethodPost, "/v1/accounts/x/y/z"},
+		// The path of a verb is the verb's, under every method.
+		{http.MethodGet, "/v1/webhookEndpoints/x:rotateSecret"},
+		{http.MethodPost, "/v1/webhookEndpoints/:rotateSecret"},
 	} {
 		if got := routes.rpc(test.method, test.path); got != "" {
 			t.Errorf("%s %s: got %q, want no method", test.method, test.path, got)
+		}
+	}
+	for _, test := range []struct{ method, path, want string }{
+		{http.MethodPost, "/v1/webhookEndpoints/x:rotateSecret", shebav1.WebhookService_RotateWebhookSecret_FullMethodName},
+		// Another verb is an id: the mux takes it as one.
+		{http.MethodGet, "/v1/webhookEndpoints/x:rotate", shebav1.WebhookService_GetWebhookEndpoint_FullMethodName},
+		{http.MethodGet, "/v1/accounts/x:login", shebav1.AccountService_GetAccount_FullMethodName},
+	} {
+		if got := routes.rpc(test.method, test.path); got != test.want {
+			t.Errorf("%s %s: got %q, want %q", test.method, test.path, got, test.want)
 		}
 	}
 }

@@ -874,6 +874,99 @@ func (x *ListWebhookDeliveriesResponse) GetNextPageToken() string {
 	return ""
 }
 
+// RotateWebhookSecretRequest names the endpoint whose secret to replace.
+type RotateWebhookSecretRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// UUID of the endpoint.
+	EndpointId    string `protobuf:"bytes,1,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateWebhookSecretRequest) Reset() {
+	*x = RotateWebhookSecretRequest{}
+	mi := &file_sheba_v1_webhook_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateWebhookSecretRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateWebhookSecretRequest) ProtoMessage() {}
+
+func (x *RotateWebhookSecretRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sheba_v1_webhook_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateWebhookSecretRequest.ProtoReflect.Descriptor instead.
+func (*RotateWebhookSecretRequest) Descriptor() ([]byte, []int) {
+	return file_sheba_v1_webhook_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *RotateWebhookSecretRequest) GetEndpointId() string {
+	if x != nil {
+		return x.EndpointId
+	}
+	return ""
+}
+
+// RotateWebhookSecretResponse holds the new secret, which no other call
+// returns.
+type RotateWebhookSecretResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new signing secret, "whsec_" and the base64 of 32 random bytes.
+	Secret        string `protobuf:"bytes,1,opt,name=secret,proto3" json:"secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateWebhookSecretResponse) Reset() {
+	*x = RotateWebhookSecretResponse{}
+	mi := &file_sheba_v1_webhook_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateWebhookSecretResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateWebhookSecretResponse) ProtoMessage() {}
+
+func (x *RotateWebhookSecretResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sheba_v1_webhook_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateWebhookSecretResponse.ProtoReflect.Descriptor instead.
+func (*RotateWebhookSecretResponse) Descriptor() ([]byte, []int) {
+	return file_sheba_v1_webhook_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *RotateWebhookSecretResponse) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
 var File_sheba_v1_webhook_proto protoreflect.FileDescriptor
 
 const file_sheba_v1_webhook_proto_rawDesc = "" +
@@ -936,7 +1029,12 @@ const file_sheba_v1_webhook_proto_rawDesc = "" +
 	"\n" +
 	"deliveries\x18\x01 \x03(\v2\x19.sheba.v1.WebhookDeliveryR\n" +
 	"deliveries\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken*Y\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"=\n" +
+	"\x1aRotateWebhookSecretRequest\x12\x1f\n" +
+	"\vendpoint_id\x18\x01 \x01(\tR\n" +
+	"endpointId\"5\n" +
+	"\x1bRotateWebhookSecretResponse\x12\x16\n" +
+	"\x06secret\x18\x01 \x01(\tR\x06secret*Y\n" +
 	"\x14WebhookEndpointState\x12&\n" +
 	"\"WEBHOOK_ENDPOINT_STATE_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aENABLED\x10\x01\x12\f\n" +
@@ -946,13 +1044,14 @@ const file_sheba_v1_webhook_proto_rawDesc = "" +
 	"\aPENDING\x10\x01\x12\r\n" +
 	"\tSUCCEEDED\x10\x02\x12\n" +
 	"\n" +
-	"\x06FAILED\x10\x032\x96\x04\n" +
+	"\x06FAILED\x10\x032\xfa\x04\n" +
 	"\x0eWebhookService\x12h\n" +
 	"\x15CreateWebhookEndpoint\x12&.sheba.v1.CreateWebhookEndpointRequest\x1a'.sheba.v1.CreateWebhookEndpointResponse\x12_\n" +
 	"\x12GetWebhookEndpoint\x12#.sheba.v1.GetWebhookEndpointRequest\x1a$.sheba.v1.GetWebhookEndpointResponse\x12e\n" +
 	"\x14ListWebhookEndpoints\x12%.sheba.v1.ListWebhookEndpointsRequest\x1a&.sheba.v1.ListWebhookEndpointsResponse\x12h\n" +
 	"\x15DeleteWebhookEndpoint\x12&.sheba.v1.DeleteWebhookEndpointRequest\x1a'.sheba.v1.DeleteWebhookEndpointResponse\x12h\n" +
-	"\x15ListWebhookDeliveries\x12&.sheba.v1.ListWebhookDeliveriesRequest\x1a'.sheba.v1.ListWebhookDeliveriesResponseB0Z.github.com/shebasvc/sheba/gen/sheba/v1;shebav1b\x06proto3"
+	"\x15ListWebhookDeliveries\x12&.sheba.v1.ListWebhookDeliveriesRequest\x1a'.sheba.v1.ListWebhookDeliveriesResponse\x12b\n" +
+	"\x13RotateWebhookSecret\x12$.sheba.v1.RotateWebhookSecretRequest\x1a%.sheba.v1.RotateWebhookSecretResponseB0Z.github.com/shebasvc/sheba/gen/sheba/v1;shebav1b\x06proto3"
 
 var (
 	file_sheba_v1_webhook_proto_rawDescOnce sync.Once
@@ -967,7 +1066,7 @@ func file_sheba_v1_webhook_proto_rawDescGZIP() []byte {
 }
 
 var file_sheba_v1_webhook_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sheba_v1_webhook_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_sheba_v1_webhook_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_sheba_v1_webhook_proto_goTypes = []any{
 	(WebhookEndpointState)(0),             // 0: sheba.v1.WebhookEndpointState
 	(WebhookDeliveryState)(0),             // 1: sheba.v1.WebhookDeliveryState
@@ -983,31 +1082,35 @@ var file_sheba_v1_webhook_proto_goTypes = []any{
 	(*WebhookDelivery)(nil),               // 11: sheba.v1.WebhookDelivery
 	(*ListWebhookDeliveriesRequest)(nil),  // 12: sheba.v1.ListWebhookDeliveriesRequest
 	(*ListWebhookDeliveriesResponse)(nil), // 13: sheba.v1.ListWebhookDeliveriesResponse
-	(*timestamppb.Timestamp)(nil),         // 14: google.protobuf.Timestamp
+	(*RotateWebhookSecretRequest)(nil),    // 14: sheba.v1.RotateWebhookSecretRequest
+	(*RotateWebhookSecretResponse)(nil),   // 15: sheba.v1.RotateWebhookSecretResponse
+	(*timestamppb.Timestamp)(nil),         // 16: google.protobuf.Timestamp
 }
 var file_sheba_v1_webhook_proto_depIdxs = []int32{
 	0,  // 0: sheba.v1.WebhookEndpoint.state:type_name -> sheba.v1.WebhookEndpointState
-	14, // 1: sheba.v1.WebhookEndpoint.create_time:type_name -> google.protobuf.Timestamp
+	16, // 1: sheba.v1.WebhookEndpoint.create_time:type_name -> google.protobuf.Timestamp
 	2,  // 2: sheba.v1.CreateWebhookEndpointResponse.webhook_endpoint:type_name -> sheba.v1.WebhookEndpoint
 	2,  // 3: sheba.v1.GetWebhookEndpointResponse.webhook_endpoint:type_name -> sheba.v1.WebhookEndpoint
 	2,  // 4: sheba.v1.ListWebhookEndpointsResponse.webhook_endpoints:type_name -> sheba.v1.WebhookEndpoint
 	1,  // 5: sheba.v1.WebhookDelivery.state:type_name -> sheba.v1.WebhookDeliveryState
-	14, // 6: sheba.v1.WebhookDelivery.next_attempt_time:type_name -> google.protobuf.Timestamp
-	14, // 7: sheba.v1.WebhookDelivery.create_time:type_name -> google.protobuf.Timestamp
-	14, // 8: sheba.v1.WebhookDelivery.last_attempt_time:type_name -> google.protobuf.Timestamp
+	16, // 6: sheba.v1.WebhookDelivery.next_attempt_time:type_name -> google.protobuf.Timestamp
+	16, // 7: sheba.v1.WebhookDelivery.create_time:type_name -> google.protobuf.Timestamp
+	16, // 8: sheba.v1.WebhookDelivery.last_attempt_time:type_name -> google.protobuf.Timestamp
 	11, // 9: sheba.v1.ListWebhookDeliveriesResponse.deliveries:type_name -> sheba.v1.WebhookDelivery
 	3,  // 10: sheba.v1.WebhookService.CreateWebhookEndpoint:input_type -> sheba.v1.CreateWebhookEndpointRequest
 	5,  // 11: sheba.v1.WebhookService.GetWebhookEndpoint:input_type -> sheba.v1.GetWebhookEndpointRequest
 	7,  // 12: sheba.v1.WebhookService.ListWebhookEndpoints:input_type -> sheba.v1.ListWebhookEndpointsRequest
 	9,  // 13: sheba.v1.WebhookService.DeleteWebhookEndpoint:input_type -> sheba.v1.DeleteWebhookEndpointRequest
 	12, // 14: sheba.v1.WebhookService.ListWebhookDeliveries:input_type -> sheba.v1.ListWebhookDeliveriesRequest
-	4,  // 15: sheba.v1.WebhookService.CreateWebhookEndpoint:output_type -> sheba.v1.CreateWebhookEndpointResponse
-	6,  // 16: sheba.v1.WebhookService.GetWebhookEndpoint:output_type -> sheba.v1.GetWebhookEndpointResponse
-	8,  // 17: sheba.v1.WebhookService.ListWebhookEndpoints:output_type -> sheba.v1.ListWebhookEndpointsResponse
-	10, // 18: sheba.v1.WebhookService.DeleteWebhookEndpoint:output_type -> sheba.v1.DeleteWebhookEndpointResponse
-	13, // 19: sheba.v1.WebhookService.ListWebhookDeliveries:output_type -> sheba.v1.ListWebhookDeliveriesResponse
-	15, // [15:20] is the sub-list for method output_type
-	10, // [10:15] is the sub-list for method input_type
+	14, // 15: sheba.v1.WebhookService.RotateWebhookSecret:input_type -> sheba.v1.RotateWebhookSecretRequest
+	4,  // 16: sheba.v1.WebhookService.CreateWebhookEndpoint:output_type -> sheba.v1.CreateWebhookEndpointResponse
+	6,  // 17: sheba.v1.WebhookService.GetWebhookEndpoint:output_type -> sheba.v1.GetWebhookEndpointResponse
+	8,  // 18: sheba.v1.WebhookService.ListWebhookEndpoints:output_type -> sheba.v1.ListWebhookEndpointsResponse
+	10, // 19: sheba.v1.WebhookService.DeleteWebhookEndpoint:output_type -> sheba.v1.DeleteWebhookEndpointResponse
+	13, // 20: sheba.v1.WebhookService.ListWebhookDeliveries:output_type -> sheba.v1.ListWebhookDeliveriesResponse
+	15, // 21: sheba.v1.WebhookService.RotateWebhookSecret:output_type -> sheba.v1.RotateWebhookSecretResponse
+	16, // [16:22] is the sub-list for method output_type
+	10, // [10:16] is the sub-list for method input_type
 	10, // [10:10] is the sub-list for extension type_name
 	10, // [10:10] is the sub-list for extension extendee
 	0,  // [0:10] is the sub-list for field type_name
@@ -1025,7 +1128,7 @@ func file_sheba_v1_webhook_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sheba_v1_webhook_proto_rawDesc), len(file_sheba_v1_webhook_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   12,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

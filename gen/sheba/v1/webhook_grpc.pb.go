@@ -24,6 +24,7 @@ const (
 	WebhookService_ListWebhookEndpoints_FullMethodName  = "/sheba.v1.WebhookService/ListWebhookEndpoints"
 	WebhookService_DeleteWebhookEndpoint_FullMethodName = "/sheba.v1.WebhookService/DeleteWebhookEndpoint"
 	WebhookService_ListWebhookDeliveries_FullMethodName = "/sheba.v1.WebhookService/ListWebhookDeliveries"
+	WebhookService_RotateWebhookSecret_FullMethodName   = "/sheba.v1.WebhookService/RotateWebhookSecret"
 )
 
 // WebhookServiceClient is the client API for WebhookService service.
@@ -52,6 +53,12 @@ type WebhookServiceClient interface {
 	// ListWebhookDeliveries lists what happened to each event sent to an
 	// endpoint of the caller, newest event first, one page at a time.
 	ListWebhookDeliveries(ctx context.Context, in *ListWebhookDeliveriesRequest, opts ...grpc.CallOption) (*ListWebhookDeliveriesResponse, error)
+	// RotateWebhookSecret gives an endpoint of the caller a new signing secret
+	// and returns it. For webhooks.secret_overlap (24h by default) every
+	// delivery is signed with the new secret and the one it replaced, then
+	// with the new one alone (docs/webhooks.md#rotating-the-secret). Fails
+	// with NOT_FOUND (404).
+	RotateWebhookSecret(ctx context.Context, in *RotateWebhookSecretRequest, opts ...grpc.CallOption) (*RotateWebhookSecretResponse, error)
 }
 
 type webhookServiceClient struct {
@@ -112,6 +119,16 @@ func (c *webhookServiceClient) ListWebhookDeliveries(ctx context.Context, in *Li
 	return out, nil
 }
 
+func (c *webhookServiceClient) RotateWebhookSecret(ctx context.Context, in *RotateWebhookSecretRequest, opts ...grpc.CallOption) (*RotateWebhookSecretResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RotateWebhookSecretResponse)
+	err := c.cc.Invoke(ctx, WebhookService_RotateWebhookSecret_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // WebhookServiceServer is the server API for WebhookService service.
 // All implementations must embed UnimplementedWebhookServiceServer
 // for forward compatibility.
@@ -138,6 +155,12 @@ type WebhookServiceServer interface {
 	// ListWebhookDeliveries lists what happened to each event sent to an
 	// endpoint of the caller, newest event first, one page at a time.
 	ListWebhookDeliveries(context.Context, *ListWebhookDeliveriesRequest) (*ListWebhookDeliveriesResponse, error)
+	// RotateWebhookSecret gives an endpoint of the caller a new signing secret
+	// and returns it. For webhooks.secret_overlap (24h by default) every
+	// delivery is signed with the new secret and the one it replaced, then
+	// with the new one alone (docs/webhooks.md#rotating-the-secret). Fails
+	// with NOT_FOUND (404).
+	RotateWebhookSecret(context.Context, *RotateWebhookSecretRequest) (*RotateWebhookSecretResponse, error)
 	mustEmbedUnimplementedWebhookServiceServer()
 }
 
@@ -162,6 +185,9 @@ func (UnimplementedWebhookServiceServer) DeleteWebhookEndpoint(context.Context, 
 }
 func (UnimplementedWebhookServiceServer) ListWebhookDeliveries(context.Context, *ListWebhookDeliveriesRequest) (*ListWebhookDeliveriesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListWebhookDeliveries not implemented")
+}
+func (UnimplementedWebhookServiceServer) RotateWebhookSecret(context.Context, *RotateWebhookSecretRequest) (*RotateWebhookSecretResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RotateWebhookSecret not implemented")
 }
 func (UnimplementedWebhookServiceServer) mustEmbedUnimplementedWebhookServiceServer() {}
 func (UnimplementedWebhookServiceServer) testEmbeddedByValue()                        {}
@@ -274,6 +300,24 @@ func _WebhookService_ListWebhookDeliveries_Handler(srv interface{}, ctx context.
 	return interceptor(ctx, in, info, handler)
 }
 
+func _WebhookService_RotateWebhookSecret_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RotateWebhookSecretRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WebhookServiceServer).RotateWebhookSecret(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WebhookService_RotateWebhookSecret_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WebhookServiceServer).RotateWebhookSecret(ctx, req.(*RotateWebhookSecretRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // WebhookService_ServiceDesc is the grpc.ServiceDesc for WebhookService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -300,6 +344,10 @@ var WebhookService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListWebhookDeliveries",
 			Handler:    _WebhookService_ListWebhookDeliveries_Handler,
+		},
+		{
+			MethodName: "RotateWebhookSecret",
+			Handler:    _WebhookService_RotateWebhookSecret_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

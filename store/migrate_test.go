@@ -48,7 +48,7 @@ func checkStatus(tb testing.TB, dbURL string, want []store.MigrationState) {
 }
 
 // migrationNames are the embedded migrations, in order.
-var migrationNames = []string{"init", "idempotency", "webhooks"}
+var migrationNames = []string{"init", "idempotency", "webhooks", "webhook_secret_rotation"}
 
 // statesApplied returns the status of the migrations with the first n
 // applied.
@@ -186,6 +186,8 @@ func TestMigrateDownKeepsRows(t *testing.T) {
 		version uint
 		want    []store.TableRows // nil: reverted without force
 	}{
+		// Columns dropped, no table.
+		{4, nil},
 		{3, []store.TableRows{{Table: "webhook_endpoints", Rows: 1}}},
 		{2, nil},
 		{1, []store.TableRows{{Table: "subscriptions", Rows: 1}, {Table: "accounts", Rows: 1}}},

@@ -37,18 +37,37 @@ type WebhookEndpoint struct {
 	EventTypes  []string
 	Description string
 	Secret      string
-	State       EndpointState
-	CreateTime  time.Time
+	// PreviousSecret is the secret the last rotation replaced ("" before
+	// the first); it signs beside Secret until PreviousExpireTime (nil
+	// before the first rotation).
+	PreviousSecret     string
+	PreviousExpireTime *time.Time
+	State              EndpointState
+	CreateTime         time.Time
 }
 
-const endpointColumns = `id, owner, url, event_types, description, secret, state, create_time`
+// SigningSecrets returns the secrets that sign a delivery at now, the
+// current one first: the previous one too until it expires.
+func (e WebhookEndpoint) SigningSecrets(now time.Time) []string {
+	if e.PreviousSecret != "" && e.PreviousExpireTime != nil && now.Before(*e.PreviousExpireTime) {
+		return []string{e.Secret, e.PreviousSecret}
+	}
+	return []string{e.Secret}
+}
+
+const endpointColumns = `id, owner, url, event_types, description, secret, previous_secret, previous_expire_time, state, create_time`
 
 func scanEndpoint(row pgx.CollectableRow) (WebhookEndpoint, error) {
 	var e WebhookEndpoint
-	if err := row.Scan(&e.ID, &e.Owner, &e.URL, &e.EventTypes, &e.Description, &e.Secret, &e.State, &e.CreateTime); err != nil {
+	if err := row.Scan(&e.ID, &e.Owner, &e.URL, &e.EventTypes, &e.Description, &e.Secret,
+		&e.PreviousSecret, &e.PreviousExpireTime, &e.State, &e.CreateTime); err != nil {
 		return WebhookEndpoint{}, err
 	}
 	e.CreateTime = e.CreateTime.UTC()
+	if e.PreviousExpireTime != nil {
+		t := e.PreviousExpireTime.UTC()
+		e.PreviousExpireTime = &t
+	}
 	return e, nil
 }
 
@@ -137,6 +156,28 @@ func (s *Store) DeleteWebhookEndpoint(ctx context.Context, owner, id string) err
 		return fmt.Errorf("delete webhook endpoint %q: %w", id, ErrNotFound)
 	}
 	return nil
+}
+
+// RotateWebhookSecret makes secret the signing secret of the owner's
+// endpoint id, keeping the one it replaces as its previous secret until
+// previousUntil, and returns the endpoint; ErrNotFound if there is none (or
+// it belongs to another owner). The secret a previous rotation kept stops
+// signing at once: an endpoint has two secrets at most. Rotations of one
+// endpoint at once take turns on its row, each replacing the one before.
+func (s *Store) RotateWebhookSecret(ctx context.Context, owner, id, secret string, previousUntil time.Time) (WebhookEndpoint, error) {
+	// The right-hand sides read the row as it was: previous_secret gets
+	// the secret being replaced.
+	rows, _ := s.db(ctx).Query(ctx, `
+		UPDATE webhook_endpoints
+		SET previous_secret = secret, previous_expire_time = $4, secret = $3
+		WHERE id = $1 AND owner = $2
+		RETURNING `+endpointColumns,
+		id, owner, secret, previousUntil)
+	e, err := pgx.CollectExactlyOneRow(rows, scanEndpoint)
+	if err != nil {
+		return WebhookEndpoint{}, fmt.Errorf("rotate secret of webhook endpoint %q: %w", id, translate(err))
+	}
+	return e, nil
 }
 
 // ListEndpointsForEvent returns the ids of the enabled endpoints, of every
@@ -283,14 +324,16 @@ func (s *Store) GetDeliveryAttempt(ctx context.Context, endpointID, eventID stri
 	ep := &a.Endpoint
 	ev := &a.Event
 	err := s.db(ctx).QueryRow(ctx, `
-		SELECT ep.id, ep.owner, ep.url, ep.event_types, ep.description, ep.secret, ep.state, ep.create_time,
+		SELECT ep.id, ep.owner, ep.url, ep.event_types, ep.description, ep.secret,
+		       ep.previous_secret, ep.previous_expire_time, ep.state, ep.create_time,
 		       ev.id, ev.type, ev.body, ev.traceparent, ev.create_time,
 		       d.state, d.attempts, d.holds
 		FROM webhook_deliveries d
 		JOIN webhook_endpoints ep ON ep.id = d.endpoint_id
 		JOIN webhook_events ev ON ev.id = d.event_id
 		WHERE d.endpoint_id = $1 AND d.event_id = $2`, endpointID, eventID).Scan(
-		&ep.ID, &ep.Owner, &ep.URL, &ep.EventTypes, &ep.Description, &ep.Secret, &ep.State, &ep.CreateTime,
+		&ep.ID, &ep.Owner, &ep.URL, &ep.EventTypes, &ep.Description, &ep.Secret,
+		&ep.PreviousSecret, &ep.PreviousExpireTime, &ep.State, &ep.CreateTime,
 		&ev.ID, &ev.Type, &ev.Body, &ev.Traceparent, &ev.CreateTime,
 		&a.State, &a.Attempts, &a.Holds)
 	if err != nil {

@@ -8,20 +8,28 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/google/uuid"
 
 	"github.com/shebasvc/sheba/store"
 	"github.com/shebasvc/sheba/store/storetest"
 )
 
+// createEndpoint stores an endpoint of owner "k" signed with secret.
+func createEndpoint(t *testing.T, s *store.Store, secret string) store.WebhookEndpoint {
+	t.Helper()
+	ep, err := s.CreateWebhookEndpoint(t.Context(), store.WebhookEndpoint{Owner: "k", URL: "https://example.com/", EventTypes: []string{"account.created"}, Secret: secret}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ep
+}
+
 func TestDeleteEndedWebhookEvents(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := store.New(storetest.NewPool(t))
-	ep, err := s.CreateWebhookEndpoint(ctx, store.WebhookEndpoint{Owner: "k", URL: "https://example.com/", EventTypes: []string{"account.created"}, Secret: "whsec_AAAA"}, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ep := createEndpoint(t, s, "whsec_AAAA")
 	old := time.Now().Add(-8 * 24 * time.Hour)
 	event := func(at time.Time, state store.DeliveryState) string {
 		id := uuid.NewString()
@@ -98,5 +106,131 @@ func TestCreateWebhookEndpointLimit(t *testing.T) {
 	}
 	if _, err := s.CreateWebhookEndpoint(ctx, endpoint("b", 0), limit); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("a duplicate URL: got %v, want ErrConflict", err)
+	}
+}
+
+// TestRotateWebhookSecret rotates the secret of an endpoint: the secret it
+// replaces signs beside it until the time given, the one a rotation
+// before kept is dropped, and the endpoint of another owner, or of no one,
+// is ErrNotFound and keeps its secret.
+func TestRotateWebhookSecret(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := store.New(storetest.NewPool(t))
+	ep := createEndpoint(t, s, "whsec_AAAA")
+	if ep.PreviousSecret != "" || ep.PreviousExpireTime != nil {
+		t.Errorf("created: got previous secret %q until %v, want none", ep.PreviousSecret, ep.PreviousExpireTime)
+	}
+	// Whole seconds: Postgres keeps microseconds.
+	now := time.Now().Truncate(time.Second)
+	until := now.Add(time.Hour)
+
+	rotated, err := s.RotateWebhookSecret(ctx, "k", ep.ID, "whsec_BBBB", until)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rotated.Secret != "whsec_BBBB" || rotated.PreviousSecret != "whsec_AAAA" || rotated.PreviousExpireTime == nil || !rotated.PreviousExpireTime.Equal(until) {
+		t.Errorf("rotated: got secret %q, previous %q until %v; want whsec_BBBB, whsec_AAAA until %v",
+			rotated.Secret, rotated.PreviousSecret, rotated.PreviousExpireTime, until)
+	}
+	got, err := s.GetWebhookEndpoint(ctx, "k", ep.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(rotated, got); diff != "" {
+		t.Errorf("stored (-rotated +got):\n%s", diff)
+	}
+	// What a delivery attempt reads signs with both until the overlap
+	// ends, then with the new secret alone.
+	event := uuid.NewString()
+	if err := s.CreateWebhookEvent(ctx, store.WebhookEvent{ID: event, Type: "account.created", Body: []byte("{}"), CreateTime: now}, []string{ep.ID}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := s.GetDeliveryAttempt(ctx, ep.ID, event)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, test := range []struct {
+		name string
+		at   time.Time
+		want []string
+	}{
+		{"during the overlap", until.Add(-time.Microsecond), []string{"whsec_BBBB", "whsec_AAAA"}},
+		{"at its end", until, []string{"whsec_BBBB"}},
+		{"after it", until.Add(time.Hour), []string{"whsec_BBBB"}},
+	} {
+		if diff := cmp.Diff(test.want, a.Endpoint.SigningSecrets(test.at)); diff != "" {
+			t.Errorf("delivery attempt %s: signing secrets (-want +got):\n%s", test.name, diff)
+		}
+	}
+
+	// A second rotation within the overlap: the newest two sign.
+	rotated, err = s.RotateWebhookSecret(ctx, "k", ep.ID, "whsec_CCCC", until.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"whsec_CCCC", "whsec_BBBB"}, rotated.SigningSecrets(now)); diff != "" {
+		t.Errorf("rotated twice: signing secrets (-want +got):\n%s", diff)
+	}
+	// An overlap of 0: the replaced secret stops at once.
+	at := time.Now()
+	rotated, err = s.RotateWebhookSecret(ctx, "k", ep.ID, "whsec_DDDD", at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"whsec_DDDD"}, rotated.SigningSecrets(at)); diff != "" {
+		t.Errorf("rotated with no overlap: signing secrets (-want +got):\n%s", diff)
+	}
+
+	for _, test := range []struct{ name, owner, id string }{
+		{"another owner", "other", ep.ID},
+		{"unknown id", "k", uuid.NewString()},
+	} {
+		if _, err := s.RotateWebhookSecret(ctx, test.owner, test.id, "whsec_EEEE", until); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("%s: got %v, want ErrNotFound", test.name, err)
+		}
+	}
+	if got, err := s.GetWebhookEndpoint(ctx, "k", ep.ID); err != nil || got.Secret != "whsec_DDDD" {
+		t.Errorf("after the refused rotations: got secret %q (%v), want whsec_DDDD", got.Secret, err)
+	}
+}
+
+// TestRotateWebhookSecretAtOnce rotates one endpoint many times at once:
+// the rotations take turns, so each secret but the last is replaced by
+// exactly one rotation, and the first secret by one too.
+func TestRotateWebhookSecretAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := store.New(storetest.NewPool(t))
+	ep := createEndpoint(t, s, "whsec_first")
+	const n = 8
+	results := make([]store.WebhookEndpoint, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			results[i], errs[i] = s.RotateWebhookSecret(ctx, "k", ep.ID, fmt.Sprintf("whsec_%d", i), time.Now().Add(time.Hour))
+		})
+	}
+	wg.Wait()
+	replaced := map[string]int{}
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("rotation %d: %v", i, err)
+		}
+		replaced[results[i].PreviousSecret]++
+	}
+	last, err := s.GetWebhookEndpoint(ctx, "k", ep.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"whsec_first": 1}
+	for i := range n {
+		if s := fmt.Sprintf("whsec_%d", i); s != last.Secret {
+			want[s] = 1
+		}
+	}
+	if diff := cmp.Diff(want, replaced); diff != "" {
+		t.Errorf("secrets replaced, by how many rotations (-want +got):\n%s", diff)
 	}
 }

@@ -140,7 +140,7 @@ func (r *Runner) send(ctx context.Context, a store.DeliveryAttempt) result {
 	ctx, cancel := context.WithTimeout(ctx, r.o.Timeout)
 	defer cancel()
 	ts := start.Unix()
-	sig, err := Sign(a.Endpoint.Secret, a.Event.ID, ts, a.Event.Body)
+	sig, err := Sign(a.Endpoint.SigningSecrets(start), a.Event.ID, ts, a.Event.Body)
 	if err != nil {
 		return result{err: err}
 	}

@@ -2,6 +2,8 @@ package webhooks
 
 import (
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -118,6 +120,73 @@ sheba_webhook_deliveries_total{state="succeeded"} 2
 		if name := f.GetName(); name == "sheba_webhook_delivery_latency_seconds" || name == "sheba_webhook_attempt_duration_seconds" {
 			if n := f.GetMetric()[0].GetHistogram().GetSampleCount(); n != 2 {
 				t.Errorf("%s: got %d samples, want 2", name, n)
+			}
+		}
+	}
+}
+
+// TestDeliveryAfterRotation delivers an event during the overlap of a
+// rotation and one after it. During it, the request carries two
+// signatures, the new secret's first, and a receiver that holds either
+// secret verifies it with a Standard Webhooks library; after it, one
+// signature, which only the new secret verifies.
+func TestDeliveryAfterRotation(t *testing.T) {
+	t.Parallel()
+	b := newTestbed(t, nil)
+	rcv := webhookstest.NewReceiver(t, webhookstest.Status(http.StatusNoContent))
+	ep := b.endpoint(t, rcv.URL, "account.created")
+	run(t, b.r)
+	ctx := t.Context()
+	rotated, err := b.st.RotateWebhookSecret(ctx, testOwner, ep.ID, testSecret(), time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldSecret, newSecret := ep.Secret, rotated.Secret
+
+	b.publish(t, "account.created", &shebav1.Account{Id: uuid.NewString(), Username: "during"})
+	b.waitDeliveries(t, ep.ID, 30*time.Second, "the delivery during the overlap", all(1, store.DeliverySucceeded))
+	// The overlap's end, without waiting for it: the time the rotation
+	// set, moved to now.
+	if _, err := b.pool.Exec(ctx, `UPDATE webhook_endpoints SET previous_expire_time = now() WHERE id = $1`, ep.ID); err != nil {
+		t.Fatal(err)
+	}
+	b.publish(t, "account.created", &shebav1.Account{Id: uuid.NewString(), Username: "after"})
+	b.waitDeliveries(t, ep.ID, 30*time.Second, "the delivery after the overlap", all(2, store.DeliverySucceeded))
+
+	got := rcv.Requests()
+	if len(got) != 2 {
+		t.Fatalf("receiver got %d requests, want 2", len(got))
+	}
+	for i, test := range []struct {
+		name    string
+		signers []string // the secrets whose signatures the header holds, in order
+	}{
+		{"during the overlap", []string{newSecret, oldSecret}},
+		{"after the overlap", []string{newSecret}},
+	} {
+		req := got[i]
+		ts, err := strconv.ParseInt(req.Header.Get("webhook-timestamp"), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []string
+		for _, secret := range test.signers {
+			sig, err := Sign([]string{secret}, req.Header.Get("webhook-id"), ts, req.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, sig)
+		}
+		if got := req.Header.Get("webhook-signature"); got != strings.Join(want, " ") {
+			t.Errorf("%s: got webhook-signature %q, want %q", test.name, got, strings.Join(want, " "))
+		}
+		for _, holder := range []struct {
+			name   string
+			secret string
+		}{{"old", oldSecret}, {"new", newSecret}} {
+			_, err := req.Verify(holder.secret)
+			if ok := slices.Contains(test.signers, holder.secret); (err == nil) != ok {
+				t.Errorf("%s: a receiver holding the %s secret: got %v, want it verified %v", test.name, holder.name, err, ok)
 			}
 		}
 	}

@@ -112,17 +112,22 @@ func run(t *testing.T, r *Runner) (stop func() error) {
 	}
 }
 
+// testSecret returns a fresh secret of the form the services make.
+func testSecret() string {
+	key := make([]byte, 32)
+	rand.Read(key)
+	return "whsec_" + base64.StdEncoding.EncodeToString(key)
+}
+
 // endpoint registers url for eventTypes with a fresh secret, through the
 // store as CreateWebhookEndpoint does.
 func (b *testbed) endpoint(t *testing.T, url string, eventTypes ...string) store.WebhookEndpoint {
 	t.Helper()
-	key := make([]byte, 32)
-	rand.Read(key)
 	e, err := b.st.CreateWebhookEndpoint(t.Context(), store.WebhookEndpoint{
 		Owner:      testOwner,
 		URL:        url,
 		EventTypes: eventTypes,
-		Secret:     "whsec_" + base64.StdEncoding.EncodeToString(key),
+		Secret:     testSecret(),
 	}, 1000)
 	if err != nil {
 		t.Fatalf("create endpoint %s: %v", url, err)

@@ -192,6 +192,9 @@ type Webhooks struct {
 	AllowPrivateNetworks bool `yaml:"allow_private_networks"`
 	// MaxEndpoints is the most endpoints one API key may hold.
 	MaxEndpoints int `yaml:"max_endpoints"`
+	// SecretOverlap is how long the secret a rotation replaces still signs
+	// deliveries, beside the new one; 0 stops it at once.
+	SecretOverlap time.Duration `yaml:"secret_overlap"`
 }
 
 // Backoff is an exponential backoff with full jitter: the wait before retry
@@ -249,6 +252,7 @@ func Default() Config {
 			Backoff:                Backoff{Base: time.Second, Max: time.Hour},
 			PerEndpointConcurrency: 4,
 			MaxEndpoints:           50,
+			SecretOverlap:          24 * time.Hour,
 		},
 		Redis: Redis{Timeout: 5 * time.Millisecond},
 	}

@@ -74,6 +74,7 @@ func TestEnvNames(t *testing.T) {
 		"SHEBA_WEBHOOKS_PER_ENDPOINT_CONCURRENCY",
 		"SHEBA_WEBHOOKS_ALLOW_PRIVATE_NETWORKS",
 		"SHEBA_WEBHOOKS_MAX_ENDPOINTS",
+		"SHEBA_WEBHOOKS_SECRET_OVERLAP",
 		"SHEBA_REDIS_URL",
 		"SHEBA_REDIS_TIMEOUT",
 	}
@@ -129,7 +130,7 @@ compression: { min_bytes: 0 }
 shutdown: { drain_delay: 5s, timeout: 20s }
 log: { level: debug, format: text }
 idempotency: { ttl: 1h }
-webhooks: { timeout: 3s, max_attempts: 5, backoff: { base: 100ms, max: 1m }, per_endpoint_concurrency: 2, allow_private_networks: true, max_endpoints: 7 }
+webhooks: { timeout: 3s, max_attempts: 5, backoff: { base: 100ms, max: 1m }, per_endpoint_concurrency: 2, allow_private_networks: true, max_endpoints: 7, secret_overlap: 0s }
 redis: { url: "redis://cache:6379/2", timeout: 8ms }
 `,
 			want: func(c *Config) {
@@ -159,6 +160,7 @@ redis: { url: "redis://cache:6379/2", timeout: 8ms }
 						Timeout: 3 * time.Second, MaxAttempts: 5,
 						Backoff:                Backoff{Base: 100 * time.Millisecond, Max: time.Minute},
 						PerEndpointConcurrency: 2, AllowPrivateNetworks: true, MaxEndpoints: 7,
+						SecretOverlap: 0, // 0s in the file, not the default 24h
 					},
 					Redis: Redis{URL: "redis://cache:6379/2", Timeout: 8 * time.Millisecond},
 				}

@@ -110,6 +110,12 @@ func (c Config) check() *Error {
 			return atLeast("webhooks.per_endpoint_concurrency", c.Webhooks.PerEndpointConcurrency, 1)
 		},
 		func() *Error { return atLeast("webhooks.max_endpoints", c.Webhooks.MaxEndpoints, 1) },
+		func() *Error {
+			if d := c.Webhooks.SecretOverlap; d < 0 {
+				return bad("webhooks.secret_overlap", "must be at least 0 (0 stops the replaced secret at once), got %v", d)
+			}
+			return nil
+		},
 		func() *Error { return checkRedisURL(c.Redis.URL) },
 		func() *Error { return checkRedisTimeout(c.Redis.Timeout) },
 	}

@@ -413,6 +413,12 @@ func TestValidate(t *testing.T) {
 			wantMsg: "webhooks.max_endpoints: must be at least 1, got 0",
 		},
 		{
+			name:    "webhooks.secret_overlap",
+			change:  func(c *Config) { c.Webhooks.SecretOverlap = -time.Second },
+			wantKey: "webhooks.secret_overlap",
+			wantMsg: "webhooks.secret_overlap: must be at least 0 (0 stops the replaced secret at once), got -1s",
+		},
+		{
 			name:    "redis.url",
 			change:  func(c *Config) { c.Redis.URL = "http://:hunter2@cache:6379" },
 			wantKey: "redis.url",

@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/shebasvc/sheba/config"
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
@@ -127,6 +130,112 @@ func TestWebhookSignedDelivery(t *testing.T) {
 	if got := series(e.scrape(t), "sheba_webhook_attempts_total", "result"); got["result=success"] != 1 {
 		t.Errorf("got sheba_webhook_attempts_total %v on /metrics, want 1 success", got)
 	}
+}
+
+// TestWebhookRotateSecret rotates an endpoint's secret over REST (no body,
+// {}, a CBOR answer) and gRPC: each answer is the new secret alone, and
+// the endpoint's owner alone may rotate; a delivery afterwards carries the
+// signatures of the newest secret and the one before it, in that order, and
+// the secrets before those no longer verify.
+func TestWebhookRotateSecret(t *testing.T) {
+	t.Parallel()
+	e := newWebhookEnv(t, nil)
+	ctx := t.Context()
+	c := shebav1.NewWebhookServiceClient(e.conn)
+	rcv := webhookstest.NewReceiver(t, webhookstest.Status(http.StatusNoContent))
+	id, created := e.createEndpoint(t, rcv.URL, "account.created")
+	rotate := "/v1/webhookEndpoints/" + id + ":rotateSecret"
+
+	secrets := []string{created}
+	for _, test := range []struct {
+		name   string
+		body   string
+		header []string
+	}{
+		{"REST, no body", "", nil},
+		{"REST, {}", "{}", nil},
+		{"REST, CBOR answer", "", []string{"Accept", "application/cbor"}},
+	} {
+		r := e.do(t, http.MethodPost, rotate, test.body, test.header...)
+		wantCode(t, r, http.StatusOK)
+		var m map[string]any
+		if test.header != nil {
+			m = cborObject(t, r.Body)
+		} else {
+			m = r.JSON(t)
+		}
+		secret, _ := m["secret"].(string)
+		if len(m) != 1 {
+			t.Errorf("%s: got %q, want {\"secret\": ...} alone", test.name, r.Body)
+		}
+		secrets = append(secrets, wantNewSecret(t, test.name, secret, secrets))
+	}
+	resp, err := c.RotateWebhookSecret(ctx, &shebav1.RotateWebhookSecretRequest{EndpointId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets = append(secrets, wantNewSecret(t, "gRPC", resp.GetSecret(), secrets))
+
+	// Refused rotations change nothing.
+	for _, test := range []struct {
+		name, key, id string
+		httpCode      int
+		code          codes.Code
+		field         string
+	}{
+		{"another key", otherKey, id, http.StatusNotFound, codes.NotFound, ""},
+		{"unknown id", testKey, "0b4f4e36-1b8b-4c1e-9a57-6f3c2b8f1d2a", http.StatusNotFound, codes.NotFound, ""},
+		{"bad id", testKey, "not-a-uuid", http.StatusBadRequest, codes.InvalidArgument, "endpoint_id"},
+	} {
+		wantRESTError(t, e.do(t, http.MethodPost, "/v1/webhookEndpoints/"+test.id+":rotateSecret", "", "X-Api-Key", test.key), test.httpCode, test.code, test.field)
+		_, err := c.RotateWebhookSecret(metadata.AppendToOutgoingContext(ctx, "x-api-key", test.key), &shebav1.RotateWebhookSecretRequest{EndpointId: test.id})
+		wantGRPCError(t, err, test.code, test.field)
+	}
+	r := e.do(t, http.MethodGet, rotate, "")
+	wantRESTError(t, r, http.StatusMethodNotAllowed, codes.Unimplemented, "")
+	if got := r.Header.Get("Allow"); got != "POST" {
+		t.Errorf("GET %s: got Allow %q, want POST", rotate, got)
+	}
+
+	wantCode(t, e.do(t, http.MethodPost, "/v1/accounts", `{"username":"rotated","password":"password1"}`), http.StatusOK)
+	waitFor(t, 30*time.Second, "the delivery", func() bool { return e.allSucceeded(t, id, 1) })
+	got := rcv.Requests()
+	if len(got) != 1 {
+		t.Fatalf("receiver got %d requests, want 1", len(got))
+	}
+	req := got[0]
+	newest, before := secrets[len(secrets)-1], secrets[len(secrets)-2]
+	sigs := strings.Split(req.Header.Get("webhook-signature"), " ")
+	if len(sigs) != 2 {
+		t.Fatalf("got webhook-signature %q, want two signatures a space apart", req.Header.Get("webhook-signature"))
+	}
+	// Each signature alone, verified by the Standard Webhooks library.
+	for i, secret := range []string{newest, before} {
+		one := webhookstest.Request{Header: req.Header.Clone(), Body: req.Body}
+		one.Header.Set("webhook-signature", sigs[i])
+		if _, err := one.Verify(secret); err != nil {
+			t.Errorf("signature %d: %v", i+1, err)
+		}
+	}
+	for i, secret := range secrets[:len(secrets)-2] {
+		if _, err := req.Verify(secret); err == nil {
+			t.Errorf("the secret of rotation %d verifies, want it dropped (two rotations since)", i)
+		}
+	}
+}
+
+// wantNewSecret checks that secret is "whsec_" and the base64 of 32 bytes,
+// none of earlier, and returns it.
+func wantNewSecret(t *testing.T, what, secret string, earlier []string) string {
+	t.Helper()
+	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
+	if !strings.HasPrefix(secret, "whsec_") || err != nil || len(key) != 32 {
+		t.Errorf("%s: got secret %q, want whsec_ and the base64 of 32 bytes", what, secret)
+	}
+	if slices.Contains(earlier, secret) {
+		t.Errorf("%s: got secret %q again", what, secret)
+	}
+	return secret
 }
 
 // TestWebhookSpanLinksToRequest finds the span of an attempt linked to the

@@ -3,6 +3,7 @@ package server
 import (
 	"log/slog"
 	"net"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -28,6 +29,9 @@ type Options struct {
 	// MaxWebhookEndpoints is the most webhook endpoints one API key may
 	// hold (webhooks.max_endpoints); 0 means no limit.
 	MaxWebhookEndpoints int
+	// WebhookSecretOverlap is how long the secret a rotation replaces
+	// still signs deliveries (webhooks.secret_overlap); 0 stops it at once.
+	WebhookSecretOverlap time.Duration
 	// PageTokenKey is the HMAC-SHA256 key of page tokens, at least 32
 	// bytes and the same on every replica; empty means a random key, so
 	// tokens work only on this process.

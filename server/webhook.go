@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/url"
 	"slices"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -61,6 +62,9 @@ type webhookServer struct {
 	maxEndpoints int
 	// errLimit answers a create beyond maxEndpoints.
 	errLimit error
+	// secretOverlap is how long the secret a rotation replaces still
+	// signs.
+	secretOverlap time.Duration
 }
 
 // newWebhookServer returns the service as opts configure it.
@@ -78,6 +82,7 @@ func newWebhookServer(st *store.Store, errs errorMapper, tokens pageTokens, opts
 		maxEndpoints: maxEndpoints,
 		errLimit: reason.Error(codes.FailedPrecondition, reason.WebhookEndpointLimit,
 			fmt.Sprintf("this API key already holds the most webhook endpoints allowed (%d): delete one to register another", maxEndpoints)),
+		secretOverlap: opts.WebhookSecretOverlap,
 	}
 }
 
@@ -94,6 +99,20 @@ func owner(ctx context.Context) (string, error) {
 		return info.CallerID, nil
 	}
 	return "", errNoCaller
+}
+
+// ownedEndpoint returns the caller's id and the endpoint id rawID names,
+// checked: the first step of a call on one endpoint.
+func ownedEndpoint(ctx context.Context, rawID string) (who, id string, err error) {
+	if who, err = owner(ctx); err != nil {
+		return "", "", err
+	}
+	var v violations
+	id = v.checkID("endpoint_id", rawID)
+	if err := v.err(); err != nil {
+		return "", "", err
+	}
+	return who, id, nil
 }
 
 // CreateWebhookEndpoint registers an endpoint. Codes: InvalidArgument (also
@@ -154,13 +173,8 @@ func (s *webhookServer) CreateWebhookEndpoint(ctx context.Context, req *shebav1.
 // GetWebhookEndpoint returns one endpoint of the caller. Codes:
 // InvalidArgument, NotFound, Unauthenticated.
 func (s *webhookServer) GetWebhookEndpoint(ctx context.Context, req *shebav1.GetWebhookEndpointRequest) (*shebav1.GetWebhookEndpointResponse, error) {
-	who, err := owner(ctx)
+	who, id, err := ownedEndpoint(ctx, req.GetEndpointId())
 	if err != nil {
-		return nil, err
-	}
-	var v violations
-	id := v.checkID("endpoint_id", req.GetEndpointId())
-	if err := v.err(); err != nil {
 		return nil, err
 	}
 	e, err := s.store.GetWebhookEndpoint(ctx, who, id)
@@ -201,19 +215,34 @@ func (s *webhookServer) ListWebhookEndpoints(ctx context.Context, req *shebav1.L
 // DeleteWebhookEndpoint deletes an endpoint of the caller and its
 // deliveries. Codes: InvalidArgument, NotFound, Unauthenticated.
 func (s *webhookServer) DeleteWebhookEndpoint(ctx context.Context, req *shebav1.DeleteWebhookEndpointRequest) (*shebav1.DeleteWebhookEndpointResponse, error) {
-	who, err := owner(ctx)
+	who, id, err := ownedEndpoint(ctx, req.GetEndpointId())
 	if err != nil {
-		return nil, err
-	}
-	var v violations
-	id := v.checkID("endpoint_id", req.GetEndpointId())
-	if err := v.err(); err != nil {
 		return nil, err
 	}
 	if err := s.store.DeleteWebhookEndpoint(ctx, who, id); err != nil {
 		return nil, s.errs.toStatus(ctx, "delete webhook endpoint", err, reason.Own{NotFound: errEndpointNotFound})
 	}
 	return &shebav1.DeleteWebhookEndpointResponse{}, nil
+}
+
+// RotateWebhookSecret gives an endpoint of the caller a new secret and
+// returns it; the secret it replaces signs beside it for secretOverlap
+// (docs/webhooks.md#rotating-the-secret). Codes: InvalidArgument, NotFound,
+// Unauthenticated.
+func (s *webhookServer) RotateWebhookSecret(ctx context.Context, req *shebav1.RotateWebhookSecretRequest) (*shebav1.RotateWebhookSecretResponse, error) {
+	who, id, err := ownedEndpoint(ctx, req.GetEndpointId())
+	if err != nil {
+		return nil, err
+	}
+	secret, err := newWebhookSecret()
+	if err != nil {
+		return nil, s.errs.toStatus(ctx, "rotate webhook secret", err, reason.Own{})
+	}
+	e, err := s.store.RotateWebhookSecret(ctx, who, id, secret, time.Now().Add(s.secretOverlap))
+	if err != nil {
+		return nil, s.errs.toStatus(ctx, "rotate webhook secret", err, reason.Own{NotFound: errEndpointNotFound})
+	}
+	return &shebav1.RotateWebhookSecretResponse{Secret: e.Secret}, nil
 }
 
 // ListWebhookDeliveries returns one keyset page of the deliveries to an

@@ -136,6 +136,7 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 		AllowPrivateWebhooks: cfg.Webhooks.AllowPrivateNetworks,
 		WebhookResolver:      o.resolver,
 		MaxWebhookEndpoints:  cfg.Webhooks.MaxEndpoints,
+		WebhookSecretOverlap: cfg.Webhooks.SecretOverlap,
 		Logins:               logins,
 	})
 	if err != nil {

@@ -195,6 +195,9 @@ type Webhooks struct {
 	// SecretOverlap is how long the secret a rotation replaces still signs
 	// deliveries, beside the new one; 0 stops it at once.
 	SecretOverlap time.Duration `yaml:"secret_overlap"`
+	// DatabaseMaxConns is the most connections of the pool of the webhook
+	// queue and its workers, apart from database.max_conns.
+	DatabaseMaxConns int32 `yaml:"database_max_conns"`
 }
 
 // Backoff is an exponential backoff with full jitter: the wait before retry
@@ -253,6 +256,7 @@ func Default() Config {
 			PerEndpointConcurrency: 4,
 			MaxEndpoints:           50,
 			SecretOverlap:          24 * time.Hour,
+			DatabaseMaxConns:       8,
 		},
 		Redis: Redis{Timeout: 5 * time.Millisecond},
 	}

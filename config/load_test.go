@@ -75,6 +75,7 @@ func TestEnvNames(t *testing.T) {
 		"SHEBA_WEBHOOKS_ALLOW_PRIVATE_NETWORKS",
 		"SHEBA_WEBHOOKS_MAX_ENDPOINTS",
 		"SHEBA_WEBHOOKS_SECRET_OVERLAP",
+		"SHEBA_WEBHOOKS_DATABASE_MAX_CONNS",
 		"SHEBA_REDIS_URL",
 		"SHEBA_REDIS_TIMEOUT",
 	}
@@ -130,7 +131,7 @@ compression: { min_bytes: 0 }
 shutdown: { drain_delay: 5s, timeout: 20s }
 log: { level: debug, format: text }
 idempotency: { ttl: 1h }
-webhooks: { timeout: 3s, max_attempts: 5, backoff: { base: 100ms, max: 1m }, per_endpoint_concurrency: 2, allow_private_networks: true, max_endpoints: 7, secret_overlap: 0s }
+webhooks: { timeout: 3s, max_attempts: 5, backoff: { base: 100ms, max: 1m }, per_endpoint_concurrency: 2, allow_private_networks: true, max_endpoints: 7, secret_overlap: 0s, database_max_conns: 5 }
 redis: { url: "redis://cache:6379/2", timeout: 8ms }
 `,
 			want: func(c *Config) {
@@ -160,7 +161,8 @@ redis: { url: "redis://cache:6379/2", timeout: 8ms }
 						Timeout: 3 * time.Second, MaxAttempts: 5,
 						Backoff:                Backoff{Base: 100 * time.Millisecond, Max: time.Minute},
 						PerEndpointConcurrency: 2, AllowPrivateNetworks: true, MaxEndpoints: 7,
-						SecretOverlap: 0, // 0s in the file, not the default 24h
+						SecretOverlap:    0, // 0s in the file, not the default 24h
+						DatabaseMaxConns: 5,
 					},
 					Redis: Redis{URL: "redis://cache:6379/2", Timeout: 8 * time.Millisecond},
 				}

@@ -116,6 +116,9 @@ func (c Config) check() *Error {
 			}
 			return nil
 		},
+		// River keeps one connection for LISTEN, and fetches, completes and
+		// works jobs beside it.
+		func() *Error { return atLeast("webhooks.database_max_conns", c.Webhooks.DatabaseMaxConns, 4) },
 		func() *Error { return checkRedisURL(c.Redis.URL) },
 		func() *Error { return checkRedisTimeout(c.Redis.Timeout) },
 	}

@@ -419,6 +419,12 @@ func TestValidate(t *testing.T) {
 			wantMsg: "webhooks.secret_overlap: must be at least 0 (0 stops the replaced secret at once), got -1s",
 		},
 		{
+			name:    "webhooks.database_max_conns",
+			change:  func(c *Config) { c.Webhooks.DatabaseMaxConns = 3 },
+			wantKey: "webhooks.database_max_conns",
+			wantMsg: "webhooks.database_max_conns: must be at least 4, got 3",
+		},
+		{
 			name:    "redis.url",
 			change:  func(c *Config) { c.Redis.URL = "http://:hunter2@cache:6379" },
 			wantKey: "redis.url",

@@ -3,9 +3,11 @@ package e2e
 import (
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -291,5 +293,44 @@ func TestWebhookFailedChangeEmitsNothing(t *testing.T) {
 	}
 	if events != 1 {
 		t.Errorf("got %d events, want 1: the 409 and the 404 must emit none", events)
+	}
+}
+
+// TestWebhookDeliveriesTakeNoAPIConnection delivers 20 events, held at the
+// receiver and then let through, while no API call runs: the business pool
+// (sheba_db_pool_*) lends no connection to them, every query of the queue
+// and of its workers going to the queue's own pool. (The idempotency reaper
+// may take one meanwhile.)
+func TestWebhookDeliveriesTakeNoAPIConnection(t *testing.T) {
+	t.Parallel()
+	const events = 20
+	e := newWebhookEnv(t, nil)
+	release := make(chan struct{})
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	rcv := webhookstest.NewReceiver(t, func(int, http.ResponseWriter) int {
+		select {
+		case <-release:
+		case <-time.After(time.Minute):
+		}
+		return http.StatusNoContent
+	})
+	t.Cleanup(releaseOnce)
+	endpointID, _ := e.createEndpoint(t, rcv.URL, "subscription.created")
+	for i := range events {
+		id := e.insertAccount(t, fmt.Sprintf("pooled%d", i))
+		wantCode(t, e.do(t, http.MethodPost, "/v1/accounts/"+id+"/subscription", `{"plan":"pro"}`), http.StatusOK)
+	}
+	const pending = `SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = $1 AND state = 'pending'`
+	waitFor(t, 30*time.Second, "every event fanned out and held at the receiver", func() bool {
+		return e.count(t, pending, endpointID) == events && len(rcv.Requests()) > 0
+	})
+	acquires := func() float64 { return series(e.scrape(t), "sheba_db_pool_acquires_total")[""] }
+	before := acquires()
+	releaseOnce()
+	waitFor(t, 60*time.Second, "every event delivered", func() bool { return e.count(t, pending, endpointID) == 0 })
+	took := acquires() - before
+	t.Logf("the API's pool lent %.0f connections while %d deliveries ended", took, events)
+	if took > 1 {
+		t.Errorf("the API's pool lent %.0f connections to %d deliveries, want none (one for the idempotency reaper at most)", took, events)
 	}
 }

@@ -45,16 +45,17 @@ type App struct {
 	cfg   config.Config
 	log   *slog.Logger
 	flush func(context.Context) error // sends the buffered spans
-	// pool is the business pool (the store's, River's); healthPool is the
-	// health check's own connection.
-	pool, healthPool *pgxpool.Pool
-	store            *store.Store
-	rate             rateLimits
-	health           *health.Checker
-	streams          *drain.Drainer
-	grpc             *grpc.Server
-	http             *http.Server
-	webhooks         *webhooks.Runner
+	// pool is the business pool (the store's); hooksPool is the webhook
+	// queue's (River's and its workers'); healthPool is the health check's
+	// own connection.
+	pool, hooksPool, healthPool *pgxpool.Pool
+	store                       *store.Store
+	rate                        rateLimits
+	health                      *health.Checker
+	streams                     *drain.Drainer
+	grpc                        *grpc.Server
+	http                        *http.Server
+	webhooks                    *webhooks.Runner
 
 	// conns knows the connections of both pools, for a shutdown that must
 	// cut their queries.
@@ -99,6 +100,14 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		store.WithStatementTimeout(healthPingTimeout), store.WithCanceler(&a.conns)); err != nil {
 		return nil, err
 	}
+	// The webhook queue and its workers have a pool of their own, so that
+	// deliveries never take the connections of API requests, however many
+	// there are to make. Its queries are not traced: River polls the queue
+	// every second, each poll a trace of its own.
+	if a.hooksPool, err = store.OpenPool(ctx, cfg.Database.URL, cfg.Webhooks.DatabaseMaxConns, tracenoop.NewTracerProvider(),
+		store.WithCanceler(&a.conns)); err != nil {
+		return nil, err
+	}
 	a.store = store.New(a.pool)
 	// With tracing off, the instrumentation is left out rather than run
 	// against a no-op provider: it allocates on every call all the same.
@@ -118,7 +127,7 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 	// Each service has its own registry, served at GET /metrics.
 	registry := prometheus.NewRegistry()
 	var err error
-	if a.webhooks, err = newWebhooks(cfg.Webhooks, a.pool, a.store, o, log, tp, registry); err != nil {
+	if a.webhooks, err = newWebhooks(cfg.Webhooks, a.hooksPool, o, log, tp, registry); err != nil {
 		return err
 	}
 	// Closed by close, with the rest of a.rate.
@@ -228,9 +237,9 @@ func (a *App) Handler() http.Handler { return a.http.Handler }
 func (a *App) ServiceInfo() map[string]grpc.ServiceInfo { return a.grpc.GetServiceInfo() }
 
 // newWebhooks builds the webhook runner (docs/webhooks.md) from the
-// webhooks section, with the resolver of opts; its webhook options, if
-// any, change the runner's options last.
-func newWebhooks(c config.Webhooks, pool *pgxpool.Pool, st *store.Store, opts options, log *slog.Logger, tp trace.TracerProvider, reg prometheus.Registerer) (*webhooks.Runner, error) {
+// webhooks section, on pool, the queue's own, with the resolver of opts;
+// its webhook options, if any, change the runner's options last.
+func newWebhooks(c config.Webhooks, pool *pgxpool.Pool, opts options, log *slog.Logger, tp trace.TracerProvider, reg prometheus.Registerer) (*webhooks.Runner, error) {
 	o := webhooks.Options{
 		Timeout:                c.Timeout,
 		MaxAttempts:            c.MaxAttempts,
@@ -246,7 +255,7 @@ func newWebhooks(c config.Webhooks, pool *pgxpool.Pool, st *store.Store, opts op
 	if opts.webhookOptions != nil {
 		opts.webhookOptions(&o)
 	}
-	return webhooks.New(pool, st, o)
+	return webhooks.New(pool, store.New(pool), o)
 }
 
 // newAuthenticator parses the configured key hashes, once, into the API-key

@@ -152,7 +152,7 @@ func (a *App) closeWithin(ctx, grace context.Context) (cut []string) {
 	go func() {
 		defer close(closed)
 		var wg sync.WaitGroup
-		for _, p := range []*pgxpool.Pool{a.healthPool, a.pool} {
+		for _, p := range []*pgxpool.Pool{a.healthPool, a.hooksPool, a.pool} {
 			if p != nil {
 				wg.Go(p.Close)
 			}

@@ -180,24 +180,15 @@ func (s *Store) RotateWebhookSecret(ctx context.Context, owner, id, secret strin
 	return e, nil
 }
 
-// ListEndpointsForEvent returns the ids of the enabled endpoints, of every
-// owner, that receive events of eventType.
-func (s *Store) ListEndpointsForEvent(ctx context.Context, eventType string) ([]string, error) {
-	rows, _ := s.db(ctx).Query(ctx, `
-		SELECT id FROM webhook_endpoints
-		WHERE state = 'enabled' AND $1 = ANY (event_types)`, eventType)
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("list endpoints for %q: %w", eventType, translate(err))
-	}
-	return ids, nil
-}
-
 // DisableWebhookEndpoint sets the endpoint's state to disabled and fails its
-// pending deliveries with reason.
+// pending deliveries with reason. Its deliveries still in River's queue
+// find them failed and end.
 func (s *Store) DisableWebhookEndpoint(ctx context.Context, id, reason string) error {
 	return s.InTx(ctx, func(ctx context.Context) error {
-		if _, err := s.db(ctx).Exec(ctx, `UPDATE webhook_endpoints SET state = 'disabled' WHERE id = $1`, id); err != nil {
+		if _, err := s.db(ctx).Exec(ctx, `
+			UPDATE webhook_endpoints
+			SET state = 'disabled', queued = 0, parked_until = NULL, probe_until = NULL
+			WHERE id = $1`, id); err != nil {
 			return fmt.Errorf("disable webhook endpoint %q: %w", id, translate(err))
 		}
 		if _, err := s.db(ctx).Exec(ctx, `
@@ -219,25 +210,114 @@ type WebhookEvent struct {
 	CreateTime  time.Time
 }
 
-// CreateWebhookEvent stores ev and a pending delivery of it to each of
-// endpointIDs, due at once. Call it in the transaction of the change the
-// event announces.
-func (s *Store) CreateWebhookEvent(ctx context.Context, ev WebhookEvent, endpointIDs []string) error {
-	return s.InTx(ctx, func(ctx context.Context) error {
-		if _, err := s.db(ctx).Exec(ctx, `
-			INSERT INTO webhook_events (id, type, body, traceparent, create_time)
-			VALUES ($1, $2, $3, $4, $5)`,
-			ev.ID, ev.Type, ev.Body, ev.Traceparent, ev.CreateTime); err != nil {
-			return fmt.Errorf("create webhook event %q: %w", ev.Type, translate(err))
+// CreateWebhookEvent stores ev, with the endpoints it goes to fixed as
+// those the transaction of ctx sees now (ExpandWebhookEvent writes its
+// deliveries later). Call it in the transaction of the change the event
+// announces: it writes one row, however many endpoints receive the event.
+func (s *Store) CreateWebhookEvent(ctx context.Context, ev WebhookEvent) error {
+	if _, err := s.db(ctx).Exec(ctx, `
+		INSERT INTO webhook_events (id, type, body, traceparent, create_time, endpoints_snapshot)
+		VALUES ($1, $2, $3, $4, $5, pg_current_snapshot())`,
+		ev.ID, ev.Type, ev.Body, ev.Traceparent, ev.CreateTime); err != nil {
+		return fmt.Errorf("create webhook event %q: %w", ev.Type, translate(err))
+	}
+	return nil
+}
+
+// ExpandedBatch is one batch of an event's deliveries written by
+// ExpandWebhookEvent.
+type ExpandedBatch struct {
+	// Endpoints is the number of endpoints of the batch: fewer than asked
+	// means the expansion is done.
+	Endpoints int
+	// Last is the last endpoint of the batch, where the next one starts
+	// after.
+	Last string
+	// Queued are the endpoints whose new delivery has a place in River's
+	// queue: the caller enqueues a job for each, in the same transaction.
+	// The other new deliveries wait (QueueWaitingDelivery).
+	Queued []string
+}
+
+// noEndpoint is below every endpoint id: a batch after it is the first.
+const noEndpoint = "00000000-0000-0000-0000-000000000000"
+
+// ExpandWebhookEvent writes the pending deliveries of the event to the next
+// limit endpoints, in id order after after ("" for the first batch), that
+// receive it: enabled, subscribed to its type, and created by a transaction
+// that had committed when the event's snapshot was taken (CreateWebhookEvent).
+// An endpoint with fewer than window deliveries in River's queue gives the new
+// one a place there (Queued); the others' wait. Call it in a transaction:
+// the endpoints of the batch stay locked until it ends, so that a delivery
+// that ends meanwhile (QueueWaitingDelivery) sees the waiting ones.
+//
+// It is idempotent: a delivery written already (by an earlier run cut short,
+// or a run beside it) is left as it is and is not in Queued, so each
+// delivery gets one job however often the expansion runs.
+func (s *Store) ExpandWebhookEvent(ctx context.Context, eventID, after string, limit, window int) (ExpandedBatch, error) {
+	if after == "" {
+		after = noEndpoint
+	}
+	var b ExpandedBatch
+	err := s.InTx(ctx, func(ctx context.Context) error {
+		// In id order, so that expansions of events to the same endpoints
+		// lock them in the same order and never deadlock.
+		rows, _ := s.db(ctx).Query(ctx, `
+			SELECT ep.id, ep.queued < $4
+			FROM webhook_endpoints ep JOIN webhook_events ev ON ev.id = $1
+			WHERE ep.id > $2 AND ep.state = 'enabled' AND ev.type = ANY (ep.event_types)
+			  AND pg_visible_in_snapshot(ep.created_xid, ev.endpoints_snapshot)
+			ORDER BY ep.id
+			LIMIT $3
+			FOR NO KEY UPDATE OF ep`, eventID, after, limit, window)
+		var ids []string
+		var open []bool
+		var id string
+		var hasRoom bool
+		if _, err := pgx.ForEachRow(rows, []any{&id, &hasRoom}, func() error {
+			ids, open = append(ids, id), append(open, hasRoom)
+			return nil
+		}); err != nil {
+			return err
 		}
-		if _, err := s.db(ctx).Exec(ctx, `
-			INSERT INTO webhook_deliveries (endpoint_id, event_id, create_time, next_attempt_time)
-			SELECT unnest($1::uuid[]), $2, $3, $3`,
-			endpointIDs, ev.ID, ev.CreateTime); err != nil {
-			return fmt.Errorf("create deliveries of webhook event %q: %w", ev.ID, translate(err))
+		b.Endpoints = len(ids)
+		if len(ids) == 0 {
+			return nil
 		}
-		return nil
+		b.Last = ids[len(ids)-1]
+		rows, _ = s.db(ctx).Query(ctx, `
+			INSERT INTO webhook_deliveries (endpoint_id, event_id, create_time, next_attempt_time, queued)
+			SELECT t.endpoint_id, ev.id, ev.create_time, ev.create_time, t.queued
+			FROM unnest($2::uuid[], $3::bool[]) AS t (endpoint_id, queued), webhook_events ev
+			WHERE ev.id = $1
+			ON CONFLICT DO NOTHING
+			RETURNING endpoint_id, queued`, eventID, ids, open)
+		if _, err := pgx.ForEachRow(rows, []any{&id, &hasRoom}, func() error {
+			if hasRoom {
+				b.Queued = append(b.Queued, id)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		_, err := s.db(ctx).Exec(ctx, `UPDATE webhook_endpoints SET queued = queued + 1 WHERE id = ANY ($1)`, b.Queued)
+		return err
 	})
+	if err != nil {
+		return ExpandedBatch{}, fmt.Errorf("expand webhook event %q: %w", eventID, translate(err))
+	}
+	return b, nil
+}
+
+// DeleteWebhookEventWithoutDeliveries deletes the event if it has no
+// delivery: once expanded, that is an event no endpoint receives.
+func (s *Store) DeleteWebhookEventWithoutDeliveries(ctx context.Context, eventID string) error {
+	if _, err := s.db(ctx).Exec(ctx, `
+		DELETE FROM webhook_events ev
+		WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_id = ev.id)`, eventID); err != nil {
+		return fmt.Errorf("delete webhook event %q: %w", eventID, translate(err))
+	}
+	return nil
 }
 
 // WebhookDelivery is a row of the webhook_deliveries table, with the type of
@@ -277,8 +357,13 @@ func scanDelivery(row pgx.CollectableRow) (WebhookDelivery, error) {
 func (s *Store) ListWebhookDeliveries(ctx context.Context, endpointID string, limit int, after *Cursor) ([]WebhookDelivery, error) {
 	sql, args := keysetQuery(`
 		SELECT d.endpoint_id, d.event_id, e.type, d.state, d.attempts, d.last_http_status,
-		       d.last_error, d.last_attempt_time, d.next_attempt_time, d.create_time
-		FROM webhook_deliveries d JOIN webhook_events e ON e.id = d.event_id
+		       d.last_error, d.last_attempt_time,
+		       -- No attempt comes before the endpoint's park ends.
+		       CASE WHEN d.state = 'pending' THEN greatest(d.next_attempt_time, ep.parked_until) END,
+		       d.create_time
+		FROM webhook_deliveries d
+		JOIN webhook_events e ON e.id = d.event_id
+		JOIN webhook_endpoints ep ON ep.id = d.endpoint_id
 		WHERE d.endpoint_id = $1`, []any{endpointID}, "d.create_time", "d.event_id", limit, after)
 	rows, _ := s.db(ctx).Query(ctx, sql, args...)
 	ds, err := pgx.CollectRows(rows, scanDelivery)
@@ -314,6 +399,23 @@ type DeliveryAttempt struct {
 	Attempts int
 	// Holds counts the attempts the throttle held back.
 	Holds int
+	// Park is where the endpoint's parking stands.
+	Park EndpointPark
+}
+
+// EndpointPark is where the parking of an endpoint that keeps failing
+// stands, its times measured by the database's clock, the one every replica
+// shares.
+type EndpointPark struct {
+	// Parked means the endpoint failed too often in a row: no attempt goes
+	// to it but one probe at a time, until one is taken.
+	Parked bool
+	// Left is how long until the park ends and a probe may go; 0 once it
+	// may.
+	Left time.Duration
+	// ProbeLeft is how long until the probe in flight ends, at the latest;
+	// 0 if none is.
+	ProbeLeft time.Duration
 }
 
 // GetDeliveryAttempt returns what an attempt to deliver the event to the
@@ -323,11 +425,15 @@ func (s *Store) GetDeliveryAttempt(ctx context.Context, endpointID, eventID stri
 	var a DeliveryAttempt
 	ep := &a.Endpoint
 	ev := &a.Event
+	var parkLeft, probeLeft float64
 	err := s.db(ctx).QueryRow(ctx, `
 		SELECT ep.id, ep.owner, ep.url, ep.event_types, ep.description, ep.secret,
 		       ep.previous_secret, ep.previous_expire_time, ep.state, ep.create_time,
 		       ev.id, ev.type, ev.body, ev.traceparent, ev.create_time,
-		       d.state, d.attempts, d.holds
+		       d.state, d.attempts, d.holds,
+		       ep.parked_until IS NOT NULL,
+		       coalesce(greatest(extract(epoch FROM ep.parked_until - now()), 0), 0)::float8,
+		       coalesce(greatest(extract(epoch FROM ep.probe_until - now()), 0), 0)::float8
 		FROM webhook_deliveries d
 		JOIN webhook_endpoints ep ON ep.id = d.endpoint_id
 		JOIN webhook_events ev ON ev.id = d.event_id
@@ -335,11 +441,32 @@ func (s *Store) GetDeliveryAttempt(ctx context.Context, endpointID, eventID stri
 		&ep.ID, &ep.Owner, &ep.URL, &ep.EventTypes, &ep.Description, &ep.Secret,
 		&ep.PreviousSecret, &ep.PreviousExpireTime, &ep.State, &ep.CreateTime,
 		&ev.ID, &ev.Type, &ev.Body, &ev.Traceparent, &ev.CreateTime,
-		&a.State, &a.Attempts, &a.Holds)
+		&a.State, &a.Attempts, &a.Holds,
+		&a.Park.Parked, &parkLeft, &probeLeft)
 	if err != nil {
 		return DeliveryAttempt{}, fmt.Errorf("get delivery of event %q to endpoint %q: %w", eventID, endpointID, translate(err))
 	}
+	a.Park.Left = seconds(parkLeft)
+	a.Park.ProbeLeft = seconds(probeLeft)
 	return a, nil
+}
+
+// seconds converts seconds to a time.Duration.
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// ClaimWebhookProbe makes the caller the probe of the parked endpoint, for
+// at most lease, and reports whether it is: false if the park has not ended
+// or another probe is in flight. UpdateWebhookEndpointHealth with EndProbe
+// ends it.
+func (s *Store) ClaimWebhookProbe(ctx context.Context, endpointID string, lease time.Duration) (bool, error) {
+	tag, err := s.db(ctx).Exec(ctx, `
+		UPDATE webhook_endpoints SET probe_until = now() + $2 * interval '1 microsecond'
+		WHERE id = $1 AND parked_until <= now() AND (probe_until IS NULL OR probe_until <= now())`,
+		endpointID, lease.Microseconds())
+	if err != nil {
+		return false, fmt.Errorf("claim the probe of webhook endpoint %q: %w", endpointID, translate(err))
+	}
+	return tag.RowsAffected() == 1, nil
 }
 
 // StartDeliveryAttempt counts an attempt about to be sent and returns its
@@ -366,15 +493,82 @@ type DeliveryResult struct {
 	At   time.Time
 }
 
-// FinishDeliveryAttempt records the outcome of an attempt.
-func (s *Store) FinishDeliveryAttempt(ctx context.Context, endpointID, eventID string, r DeliveryResult) error {
-	_, err := s.db(ctx).Exec(ctx, `
+// LockWebhookEndpointHealth locks the endpoint's row for the rest of the
+// transaction of ctx and returns its failed attempts in a row. The outcome
+// of an attempt is recorded under this lock, so that it and an expansion
+// of an event to the endpoint (ExpandWebhookEvent) take turns. It returns
+// ErrNotFound if the endpoint was deleted.
+func (s *Store) LockWebhookEndpointHealth(ctx context.Context, endpointID string) (failures int, err error) {
+	err = s.db(ctx).QueryRow(ctx, `SELECT failures FROM webhook_endpoints WHERE id = $1 FOR NO KEY UPDATE`, endpointID).Scan(&failures)
+	if err != nil {
+		return 0, fmt.Errorf("lock webhook endpoint %q: %w", endpointID, translate(err))
+	}
+	return failures, nil
+}
+
+// FinishDeliveryAttempt records the outcome of an attempt of a pending
+// delivery, and reports whether that ended it (r.State is not pending);
+// a delivery that ended already is left as it is.
+func (s *Store) FinishDeliveryAttempt(ctx context.Context, endpointID, eventID string, r DeliveryResult) (ended bool, err error) {
+	tag, err := s.db(ctx).Exec(ctx, `
 		UPDATE webhook_deliveries
 		SET state = $3, last_http_status = $4, last_error = $5, next_attempt_time = $6, last_attempt_time = $7
-		WHERE endpoint_id = $1 AND event_id = $2`,
+		WHERE endpoint_id = $1 AND event_id = $2 AND state = 'pending'`,
 		endpointID, eventID, r.State, r.HTTPStatus, r.Error, r.Next, r.At)
 	if err != nil {
-		return fmt.Errorf("finish delivery attempt of event %q to endpoint %q: %w", eventID, endpointID, translate(err))
+		return false, fmt.Errorf("finish delivery attempt of event %q to endpoint %q: %w", eventID, endpointID, translate(err))
+	}
+	return tag.RowsAffected() == 1 && r.State != DeliveryPending, nil
+}
+
+// QueueWaitingDelivery gives the oldest delivery to the endpoint that waits
+// for a place in River's queue that place, and returns its event: the
+// caller enqueues its job in the same transaction. ok is false if none
+// waits. Call it with the endpoint locked (LockWebhookEndpointHealth), when
+// one of its deliveries ended and gave its place up.
+func (s *Store) QueueWaitingDelivery(ctx context.Context, endpointID string) (eventID string, ok bool, err error) {
+	err = s.db(ctx).QueryRow(ctx, `
+		UPDATE webhook_deliveries SET queued = true
+		WHERE endpoint_id = $1 AND event_id = (
+			SELECT event_id FROM webhook_deliveries
+			WHERE endpoint_id = $1 AND state = 'pending' AND NOT queued
+			ORDER BY create_time, event_id
+			LIMIT 1)
+		RETURNING event_id`, endpointID).Scan(&eventID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("queue a waiting delivery to webhook endpoint %q: %w", endpointID, translate(err))
+	}
+	return eventID, true, nil
+}
+
+// EndpointHealth is what an attempt changes of its endpoint.
+type EndpointHealth struct {
+	// Failures is its failed attempts in a row; 0 (it took one) also ends
+	// its park and probe.
+	Failures int
+	// ParkFor, if above 0, parks it for that long from now.
+	ParkFor time.Duration
+	// EndProbe ends the probe in flight (the attempt was it).
+	EndProbe bool
+	// Queued is added to its deliveries in River's queue: -1 when one ended
+	// and none waited for its place.
+	Queued int
+}
+
+// UpdateWebhookEndpointHealth records h for the endpoint.
+func (s *Store) UpdateWebhookEndpointHealth(ctx context.Context, endpointID string, h EndpointHealth) error {
+	_, err := s.db(ctx).Exec(ctx, `
+		UPDATE webhook_endpoints SET
+			failures = $2,
+			parked_until = CASE WHEN $2 = 0 THEN NULL WHEN $3 > 0 THEN now() + $3 * interval '1 microsecond' ELSE parked_until END,
+			probe_until = CASE WHEN $2 = 0 OR $4 THEN NULL ELSE probe_until END,
+			queued = greatest(queued + $5, 0)
+		WHERE id = $1`, endpointID, h.Failures, h.ParkFor.Microseconds(), h.EndProbe, h.Queued)
+	if err != nil {
+		return fmt.Errorf("update webhook endpoint %q: %w", endpointID, translate(err))
 	}
 	return nil
 }

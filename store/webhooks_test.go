@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/google/uuid"
 
 	"github.com/shebasvc/sheba/store"
@@ -33,11 +34,14 @@ func TestDeleteEndedWebhookEvents(t *testing.T) {
 	old := time.Now().Add(-8 * 24 * time.Hour)
 	event := func(at time.Time, state store.DeliveryState) string {
 		id := uuid.NewString()
-		if err := s.CreateWebhookEvent(ctx, store.WebhookEvent{ID: id, Type: "account.created", Body: []byte("{}"), CreateTime: at}, []string{ep.ID}); err != nil {
+		if err := s.CreateWebhookEvent(ctx, store.WebhookEvent{ID: id, Type: "account.created", Body: []byte("{}"), CreateTime: at}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.ExpandWebhookEvent(ctx, id, "", 10, 10); err != nil {
 			t.Fatal(err)
 		}
 		if state != store.DeliveryPending {
-			if err := s.FinishDeliveryAttempt(ctx, ep.ID, id, store.DeliveryResult{State: state, At: at}); err != nil {
+			if _, err := s.FinishDeliveryAttempt(ctx, ep.ID, id, store.DeliveryResult{State: state, At: at}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -143,9 +147,10 @@ func TestRotateWebhookSecret(t *testing.T) {
 	// What a delivery attempt reads signs with both until the overlap
 	// ends, then with the new secret alone.
 	event := uuid.NewString()
-	if err := s.CreateWebhookEvent(ctx, store.WebhookEvent{ID: event, Type: "account.created", Body: []byte("{}"), CreateTime: now}, []string{ep.ID}); err != nil {
+	if err := s.CreateWebhookEvent(ctx, store.WebhookEvent{ID: event, Type: "account.created", Body: []byte("{}"), CreateTime: now}); err != nil {
 		t.Fatal(err)
 	}
+	expandAll(t, s, event, 500, 32)
 	a, err := s.GetDeliveryAttempt(ctx, ep.ID, event)
 	if err != nil {
 		t.Fatal(err)
@@ -232,5 +237,140 @@ func TestRotateWebhookSecretAtOnce(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, replaced); diff != "" {
 		t.Errorf("secrets replaced, by how many rotations (-want +got):\n%s", diff)
+	}
+}
+
+// expandAll writes the deliveries of the event in batches of batch
+// endpoints, as the fan-out job does, and returns the endpoints that got a
+// place in the queue, by batch.
+func expandAll(tb testing.TB, s *store.Store, eventID string, batch, window int) [][]string {
+	tb.Helper()
+	var queued [][]string
+	after := ""
+	for range 100 {
+		b, err := s.ExpandWebhookEvent(tb.Context(), eventID, after, batch, window)
+		if err != nil {
+			tb.Fatalf("ExpandWebhookEvent(%s after %q): %v", eventID, after, err)
+		}
+		queued = append(queued, b.Queued)
+		if b.Endpoints < batch {
+			return queued
+		}
+		after = b.Last
+	}
+	tb.Fatal("ExpandWebhookEvent: more than 100 batches")
+	return nil
+}
+
+// TestExpandWebhookEvent fans events out in batches of two: an event goes
+// to the enabled endpoints of its type whose creation had committed when
+// the event was written, not to an endpoint created later nor to one whose
+// creation was still running; an endpoint with a full share of the queue
+// gets a waiting delivery, which takes the place of one that ends; and
+// expanding an event again writes nothing.
+func TestExpandWebhookEvent(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := store.New(storetest.NewPool(t))
+	create := func(ctx context.Context, name string, types ...string) string {
+		t.Helper()
+		ep, err := s.CreateWebhookEndpoint(ctx, store.WebhookEndpoint{Owner: "k", URL: "https://example.com/" + name, EventTypes: types, Secret: "whsec_AAAA"}, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ep.ID
+	}
+	event := func() string {
+		t.Helper()
+		id := uuid.NewString()
+		if err := s.CreateWebhookEvent(ctx, store.WebhookEvent{ID: id, Type: "account.created", Body: []byte("{}"), CreateTime: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	a := create(ctx, "a", "account.created")
+	b := create(ctx, "b", "subscription.created", "account.created")
+	create(ctx, "c", "subscription.created")
+	off := create(ctx, "off", "account.created")
+	if err := s.DisableWebhookEndpoint(ctx, off, "test"); err != nil {
+		t.Fatal(err)
+	}
+	var first, running string
+	// The event is written while the creation of an endpoint is under way.
+	if err := s.InTx(ctx, func(ctx context.Context) error {
+		running = create(ctx, "running", "account.created")
+		first = event()
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	later := create(ctx, "later", "account.created")
+
+	const window = 1
+	queuedTo := func(batches [][]string) []string {
+		var all []string
+		for _, q := range batches {
+			all = append(all, q...)
+		}
+		return all
+	}
+	sorted := cmpopts.SortSlices(func(x, y string) bool { return x < y })
+	if diff := cmp.Diff([]string{a, b}, queuedTo(expandAll(t, s, first, 2, window)), sorted); diff != "" {
+		t.Errorf("first event queued to (-want +got):\n%s", diff)
+	}
+	// a and b have a full share now: the second event waits for them.
+	second := event()
+	if diff := cmp.Diff([]string{running, later}, queuedTo(expandAll(t, s, second, 2, window)), sorted); diff != "" {
+		t.Errorf("second event queued to (-want +got):\n%s", diff)
+	}
+	if got := queuedTo(expandAll(t, s, first, 2, window)); len(got) != 0 {
+		t.Errorf("the first event again: queued to %v, want nothing new", got)
+	}
+	for _, test := range []struct {
+		name string
+		id   string
+		want []string // events, newest first
+	}{
+		{"a", a, []string{second, first}},
+		{"running", running, []string{second}},
+		{"later", later, []string{second}},
+		{"off", off, nil},
+	} {
+		ds, err := s.ListWebhookDeliveries(ctx, test.id, 10, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, d := range ds {
+			got = append(got, d.EventID)
+			if d.State != store.DeliveryPending || d.Attempts != 0 || d.NextAttemptTime == nil {
+				t.Errorf("endpoint %s: got delivery %+v, want it pending, not attempted, due", test.name, d)
+			}
+		}
+		if diff := cmp.Diff(test.want, got); diff != "" {
+			t.Errorf("endpoint %s: deliveries (-want +got):\n%s", test.name, diff)
+		}
+	}
+
+	// The first delivery to a ends: the second takes its place.
+	err := s.InTx(ctx, func(ctx context.Context) error {
+		if _, err := s.LockWebhookEndpointHealth(ctx, a); err != nil {
+			return err
+		}
+		ended, err := s.FinishDeliveryAttempt(ctx, a, first, store.DeliveryResult{State: store.DeliverySucceeded, HTTPStatus: 200, At: time.Now()})
+		if err != nil || !ended {
+			return fmt.Errorf("finish: got ended %v, %v; want it ended", ended, err)
+		}
+		next, ok, err := s.QueueWaitingDelivery(ctx, a)
+		if err != nil || !ok || next != second {
+			return fmt.Errorf("QueueWaitingDelivery: got %q, %v, %v; want the second event", next, ok, err)
+		}
+		if _, ok, err := s.QueueWaitingDelivery(ctx, a); err != nil || ok {
+			return fmt.Errorf("QueueWaitingDelivery again: got %v, %v; want none waiting", ok, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
 	}
 }

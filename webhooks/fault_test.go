@@ -272,6 +272,7 @@ func TestCrashMidAttempt(t *testing.T) {
 	rcv := webhookstest.NewReceiver(t, webhookstest.Status(http.StatusOK))
 	ep := b.endpoint(t, rcv.URL, "account.created")
 	b.publish(t, "account.created", &shebav1.Account{Id: uuid.NewString(), Username: "crash"})
+	b.fanOut(t)
 	job := b.publishedJob(t)
 	// What the killed replica left: the job taken an hour ago, the attempt
 	// counted, no outcome.

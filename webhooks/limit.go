@@ -1,29 +1,41 @@
 package webhooks
 
 import (
+	"context"
 	"sync"
 	"time"
 )
 
-// slots caps the attempts in flight to each endpoint. It is safe for
-// concurrent use.
+// Limiter caps the attempts in flight to each endpoint
+// (webhooks.per_endpoint_concurrency). Acquire takes a slot of the
+// endpoint and returns its release, which the caller calls once, when its
+// attempt has ended; or it reports ok false when no slot is free. Either
+// way it may wait a moment for one, but not for long: a held attempt goes
+// back to the queue (not counted as an attempt) and comes back soon. An
+// error (the limiter's own store failed) holds the attempt back as well.
+// Implementations are safe for concurrent use.
+type Limiter interface {
+	Acquire(ctx context.Context, endpointID string) (release func(), ok bool, err error)
+}
+
+// NewLocalLimiter returns a Limiter of perEndpoint slots per endpoint kept
+// in this process: N replicas have N times as many. An Acquire waits up to
+// 100 ms for a slot, which lets a fast endpoint's backlog flow without
+// putting jobs back in the queue and holds no worker long for an endpoint
+// that is slow.
+func NewLocalLimiter(perEndpoint int) Limiter {
+	return &slots{max: perEndpoint, sems: map[string]chan struct{}{}}
+}
+
+// slots is the Limiter of NewLocalLimiter.
 type slots struct {
 	max int
 
-	mu    sync.Mutex
-	sems  map[string]chan struct{}
-	total int
+	mu   sync.Mutex
+	sems map[string]chan struct{}
 }
 
-func newSlots(max int) *slots {
-	return &slots{max: max, sems: map[string]chan struct{}{}}
-}
-
-// acquire takes a slot of endpoint, waiting up to wait for one, and reports
-// whether it got one. A short wait lets a fast endpoint's backlog flow
-// without putting jobs back in the queue, and keeps the worker from being
-// held long by an endpoint that is slow.
-func (s *slots) acquire(endpoint string, wait time.Duration) bool {
+func (s *slots) Acquire(ctx context.Context, endpoint string) (func(), bool, error) {
 	s.mu.Lock()
 	sem, ok := s.sems[endpoint]
 	if !ok {
@@ -31,35 +43,20 @@ func (s *slots) acquire(endpoint string, wait time.Duration) bool {
 		s.sems[endpoint] = sem
 	}
 	s.mu.Unlock()
+	release := func() { <-sem }
 	select {
 	case sem <- struct{}{}:
+		return release, true, nil
 	default:
-		t := time.NewTimer(wait)
-		defer t.Stop()
-		select {
-		case sem <- struct{}{}:
-		case <-t.C:
-			return false
-		}
 	}
-	s.mu.Lock()
-	s.total++
-	s.mu.Unlock()
-	return true
-}
-
-// release gives back a slot of endpoint.
-func (s *slots) release(endpoint string) {
-	s.mu.Lock()
-	sem := s.sems[endpoint]
-	s.total--
-	s.mu.Unlock()
-	<-sem
-}
-
-// inFlight returns the attempts in flight to all endpoints.
-func (s *slots) inFlight() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.total
+	t := time.NewTimer(slotWait)
+	defer t.Stop()
+	select {
+	case sem <- struct{}{}:
+		return release, true, nil
+	case <-t.C:
+		return nil, false, nil
+	case <-ctx.Done():
+		return nil, false, ctx.Err()
+	}
 }

@@ -21,7 +21,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"result"}),
 		held: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sheba_webhook_held_total",
-			Help: "Webhook attempts held back and put back in the queue, by reason: throttle, concurrency.",
+			Help: "Webhook attempts held back and put back in the queue, by reason: throttle, concurrency, parked.",
 		}, []string{"reason"}),
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sheba_webhook_deliveries_total",
@@ -49,7 +49,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, l := range []string{"success", "http_error", "gone", "timeout", "network_error"} {
 		m.attempts.WithLabelValues(l)
 	}
-	for _, l := range []string{"throttle", "concurrency"} {
+	for _, l := range []string{"throttle", "concurrency", "parked"} {
 		m.held.WithLabelValues(l)
 	}
 	for _, l := range []string{"succeeded", "failed"} {

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -54,9 +55,20 @@ type Options struct {
 	// Resolver looks up the hosts of endpoints (nil: net.DefaultResolver);
 	// tests answer names with their own.
 	Resolver *net.Resolver
+	// Limiter caps the attempts in flight to each endpoint at
+	// PerEndpointConcurrency (nil: NewLocalLimiter, in this process).
+	Limiter Limiter
 
 	// Workers is the number of jobs this replica works at once (default 50).
 	Workers int
+	// ExpandBatch is the number of endpoints whose deliveries of an event
+	// one transaction writes (default 500).
+	ExpandBatch int
+	// QueueShare is the most deliveries of one endpoint that have a job in
+	// River's queue at once (default 8 × PerEndpointConcurrency); the
+	// others wait their turn, outside the queue, so that an endpoint with
+	// a backlog holds no more of the queue than that.
+	QueueShare int
 	// ThrottleWindow is the window of the adaptive throttle (default 10s).
 	// While an endpoint is down, about one attempt a window gets through;
 	// once it is back, the share let through doubles about every window,
@@ -97,6 +109,15 @@ func (o *Options) setDefaults() {
 	if o.BacklogInterval <= 0 {
 		o.BacklogInterval = 5 * time.Second
 	}
+	if o.ExpandBatch <= 0 {
+		o.ExpandBatch = 500
+	}
+	if o.QueueShare <= 0 {
+		o.QueueShare = 8 * o.PerEndpointConcurrency
+	}
+	if o.Limiter == nil {
+		o.Limiter = NewLocalLimiter(o.PerEndpointConcurrency)
+	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
@@ -108,21 +129,25 @@ func (o *Options) setDefaults() {
 	}
 }
 
-// Runner publishes events and works the delivery jobs of this replica. It
+// Runner publishes events and works the webhook jobs of this replica. It
 // is safe for concurrent use.
 type Runner struct {
 	o         Options
 	store     *store.Store
 	river     *river.Client[pgx.Tx]
 	http      *http.Client
-	slots     *slots
 	throttles *throttle.Group
 	tracer    trace.Tracer
 	m         *metrics
+	// retries holds, by job id, when the next attempt of a delivery job
+	// whose run just failed is due, for its NextRetry.
+	retries sync.Map
 }
 
-// New returns a Runner over pool and st. It connects nowhere until Run; it
-// can Publish at once (Publish writes in the caller's transaction).
+// New returns a Runner whose queue and workers use pool, a pool of their
+// own (so that deliveries never take the connections of API requests), and
+// st, a Store over it. It connects nowhere until Run; it can Publish at once
+// (Publish writes in the caller's transaction, on the caller's pool).
 func New(pool *pgxpool.Pool, st *store.Store, o Options) (*Runner, error) {
 	if o.Timeout <= 0 || o.MaxAttempts < 1 || o.BackoffBase <= 0 || o.BackoffMax < o.BackoffBase || o.PerEndpointConcurrency < 1 {
 		return nil, errors.New("webhooks: timeout, max attempts, backoff and per-endpoint concurrency must be set")
@@ -135,14 +160,16 @@ func New(pool *pgxpool.Pool, st *store.Store, o Options) (*Runner, error) {
 	r := &Runner{
 		o:         o,
 		store:     st,
-		slots:     newSlots(o.PerEndpointConcurrency),
 		throttles: throttle.NewGroup(throttle.WithWindow(o.ThrottleWindow)),
 		tracer:    o.TracerProvider.Tracer("github.com/shebasvc/sheba/webhooks"),
 		m:         m,
 	}
 	r.http = newHTTPClient(o)
 	workers := river.NewWorkers()
-	if err := river.AddWorkerSafely(workers, &deliveryWorker{r: r}); err != nil {
+	if err := errors.Join(
+		river.AddWorkerSafely(workers, &deliveryWorker{r: r}),
+		river.AddWorkerSafely(workers, &eventWorker{r: r}),
+	); err != nil {
 		return nil, fmt.Errorf("webhooks: %w", err)
 	}
 	jobTimeout := o.Timeout + 30*time.Second
@@ -153,15 +180,33 @@ func New(pool *pgxpool.Pool, st *store.Store, o Options) (*Runner, error) {
 		RescueStuckJobsAfter: max(o.RescueAfter, jobTimeout),
 		FetchPollInterval:    o.PollInterval,
 		FetchCooldown:        min(100*time.Millisecond, o.PollInterval),
-		Logger:               o.Log.With("component", "river"),
-		// River logs every snooze and retry at info; ours is the one line
-		// per attempt.
-		MaxAttempts: 100,
+		// Our tables keep what a job did; a completed job is only River's
+		// bookkeeping, and every change leaves one.
+		CompletedJobRetentionPeriod: time.Hour,
+		// River logs every failed attempt at info; ours is the one line per
+		// attempt.
+		Logger: slog.New(warnAndAbove{o.Log.Handler()}).With("component", "river"),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("webhooks: river client: %w", err)
 	}
 	return r, nil
+}
+
+// warnAndAbove passes on to its handler only the records of level warning
+// and above.
+type warnAndAbove struct{ slog.Handler }
+
+func (h warnAndAbove) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && h.Handler.Enabled(ctx, l)
+}
+
+func (h warnAndAbove) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return warnAndAbove{h.Handler.WithAttrs(attrs)}
+}
+
+func (h warnAndAbove) WithGroup(name string) slog.Handler {
+	return warnAndAbove{h.Handler.WithGroup(name)}
 }
 
 // maxAnswerHeaderBytes bounds the headers of an answer: a receiver that
@@ -194,7 +239,8 @@ func newHTTPClient(o Options) *http.Client {
 	}
 }
 
-// Run works delivery jobs until ctx is done, then stops: no job is taken
+// Run works webhook jobs (fan-outs, deliveries) until ctx is done, then
+// stops: no job is taken
 // any more, attempts in flight are given stopTimeout to finish, and those
 // still running then are canceled (their outcome recorded, and retried
 // later, by this replica or another), Run waiting at most hardStopWait more
@@ -301,123 +347,179 @@ type envelope struct {
 // gateway's protojson options (lowerCamelCase names, defaults emitted).
 var marshalResource = protojson.MarshalOptions{EmitDefaultValues: true}
 
-// Publish records an event of eventType about resource and a delivery of it
-// to every enabled endpoint that receives eventType, in the transaction of
-// ctx (store.InTx; a transaction of its own if there is none). It
-// implements server.Publisher.
+// Publish records an event of eventType about resource, in the transaction
+// of ctx (store.InTx; a transaction of its own if there is none): the event
+// and one job that fans it out to the endpoints that receive it, after the
+// transaction commits (eventWorker). That is the same two rows however many
+// endpoints receive it. It implements server.Publisher.
 func (r *Runner) Publish(ctx context.Context, eventType string, resource proto.Message) error {
+	data, err := marshalResource.Marshal(resource)
+	if err != nil {
+		return fmt.Errorf("publish %s: %w", eventType, err)
+	}
+	// protojson varies its spacing on purpose; the body is sent compact.
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, data); err != nil {
+		return fmt.Errorf("publish %s: %w", eventType, err)
+	}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	body, err := json.Marshal(envelope{Type: eventType, Timestamp: now.Format(time.RFC3339Nano), Data: compact.Bytes()})
+	if err != nil {
+		return fmt.Errorf("publish %s: %w", eventType, err)
+	}
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, carrier)
+	ev := store.WebhookEvent{
+		ID:          uuid.NewString(),
+		Type:        eventType,
+		Body:        body,
+		Traceparent: carrier.Get("traceparent"),
+		CreateTime:  now,
+	}
 	return r.store.InTx(ctx, func(ctx context.Context) error {
-		endpoints, err := r.store.ListEndpointsForEvent(ctx, eventType)
-		if err != nil || len(endpoints) == 0 {
-			return err
-		}
-		data, err := marshalResource.Marshal(resource)
-		if err != nil {
-			return fmt.Errorf("publish %s: %w", eventType, err)
-		}
-		// protojson varies its spacing on purpose; the body is sent
-		// compact.
-		var compact bytes.Buffer
-		if err := json.Compact(&compact, data); err != nil {
-			return fmt.Errorf("publish %s: %w", eventType, err)
-		}
-		now := time.Now().UTC().Truncate(time.Microsecond)
-		body, err := json.Marshal(envelope{Type: eventType, Timestamp: now.Format(time.RFC3339Nano), Data: compact.Bytes()})
-		if err != nil {
-			return fmt.Errorf("publish %s: %w", eventType, err)
-		}
-		carrier := propagation.MapCarrier{}
-		propagation.TraceContext{}.Inject(ctx, carrier)
-		ev := store.WebhookEvent{
-			ID:          uuid.NewString(),
-			Type:        eventType,
-			Body:        body,
-			Traceparent: carrier.Get("traceparent"),
-			CreateTime:  now,
-		}
-		if err := r.store.CreateWebhookEvent(ctx, ev, endpoints); err != nil {
+		if err := r.store.CreateWebhookEvent(ctx, ev); err != nil {
 			return err
 		}
 		tx, _ := store.TxFromContext(ctx)
-		params := make([]river.InsertManyParams, len(endpoints))
-		for i, id := range endpoints {
-			params[i] = river.InsertManyParams{
-				Args:       deliveryArgs{EndpointID: id, EventID: ev.ID},
-				InsertOpts: &river.InsertOpts{Queue: queue},
-			}
-		}
-		if _, err := r.river.InsertManyFastTx(ctx, tx, params); err != nil {
+		if _, err := r.river.InsertTx(ctx, tx, eventArgs{EventID: ev.ID}, &river.InsertOpts{Queue: queue}); err != nil {
 			return fmt.Errorf("publish %s: enqueue: %w", eventType, err)
 		}
 		return nil
 	})
 }
 
-// deliveryWorker works delivery jobs.
+// deliveryJob is the insert of the job of delivering the event to the
+// endpoint. River runs it at most MaxAttempts+1 times: the run after the
+// last attempt only records FAILED, if that attempt was cut short (a crash
+// or a stop) before it could.
+func (r *Runner) deliveryJob(endpointID, eventID string) river.InsertManyParams {
+	return river.InsertManyParams{
+		Args:       deliveryArgs{EndpointID: endpointID, EventID: eventID},
+		InsertOpts: &river.InsertOpts{Queue: queue, MaxAttempts: r.o.MaxAttempts + 1},
+	}
+}
+
+// deliveryWorker works delivery jobs. River owns their retries: a failed
+// attempt fails the run, and NextRetry says when the next one is due. What
+// the attempt's answer said of that (its Retry-After) reaches NextRetry,
+// which River calls right after Work without the error, through the
+// runner's retries.
 type deliveryWorker struct {
 	river.WorkerDefaults[deliveryArgs]
 	r *Runner
 }
 
 func (w *deliveryWorker) Work(ctx context.Context, job *river.Job[deliveryArgs]) error {
-	return w.r.deliver(ctx, job.Args.EndpointID, job.Args.EventID)
+	return w.r.deliver(ctx, job)
 }
+
+// NextRetry is when the attempt after a failed one is due, by retryAt: as
+// the failed attempt recorded it in its delivery (with the receiver's
+// Retry-After, and the endpoint's park), or, for a job River rescued from a
+// replica that died mid-attempt, by the backoff alone.
+func (w *deliveryWorker) NextRetry(job *river.Job[deliveryArgs]) time.Time {
+	if at, ok := w.r.retries.LoadAndDelete(job.ID); ok {
+		// River takes a time already past for a broken policy.
+		return later(at.(time.Time), time.Now())
+	}
+	return w.r.retryAt(time.Now(), max(job.Attempt, 1), 0)
+}
+
+// retryAt is the retry policy: the attempt after attempt n (n >= 1), which
+// ended at end, is due after a wait drawn uniformly from [0, min(backoff.max,
+// backoff.base·2^(n-1))] (full jitter), and no earlier than the receiver's
+// Retry-After said (a lower bound, beyond backoff.max too; parseRetryAfter
+// caps it at an hour).
+func (r *Runner) retryAt(end time.Time, n int, retryAfter time.Duration) time.Time {
+	return end.Add(max(fullJitter(r.backoffCeil(n)), retryAfter))
+}
+
+// errAttemptFailed is the error of a run whose attempt failed and will be
+// retried: River records it and asks NextRetry when.
+var errAttemptFailed = errors.New("webhook attempt failed")
+
+// Parking: an endpoint whose attempts fail parkAfter times in a row (no
+// answer, 5xx, 408, 429, on any replica) gets none but one probe at a time
+// until one is taken; the first park lasts about backoff.base, each failed
+// probe doubles it, up to backoff.max. Attempts held back by the park do not
+// count, and its deliveries' jobs sleep until the park ends.
+const parkAfter = 5
+
+// probeLeaseMargin is how much longer than an attempt a probe holds its
+// endpoint's probe: past it, a probe whose replica died is given up.
+const probeLeaseMargin = 5 * time.Second
 
 // slotWait is how long an attempt waits for a slot of its endpoint before
 // it is put back in the queue.
 const slotWait = 100 * time.Millisecond
 
 // deliver makes one attempt, if the delivery is still pending and neither
-// the concurrency cap nor the throttle holds it back. It returns
-// river.JobSnooze to come back later, nil when the delivery has ended, or
-// an error for River to retry (the database failed, or the runner is
-// stopping).
-func (r *Runner) deliver(ctx context.Context, endpointID, eventID string) error {
+// the endpoint's park, the concurrency cap nor the throttle holds it back.
+// It returns nil when the delivery has ended, errAttemptFailed for River to
+// retry, river.JobSnooze to come back later without counting an attempt, or
+// the context's error when the runner is stopping (River puts the job back
+// without counting it either).
+func (r *Runner) deliver(ctx context.Context, job *river.Job[deliveryArgs]) error {
+	endpointID, eventID := job.Args.EndpointID, job.Args.EventID
 	a, err := r.store.GetDeliveryAttempt(ctx, endpointID, eventID)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil // the endpoint was deleted
 	}
 	if err != nil {
-		return err
+		return r.notSent(ctx, err)
 	}
 	if a.State != store.DeliveryPending {
 		return nil // done by an earlier run of the job
 	}
 	if a.Endpoint.State != store.EndpointEnabled {
-		r.m.deliveries.WithLabelValues(string(store.DeliveryFailed)).Inc()
-		return r.store.FinishDeliveryAttempt(ctx, endpointID, eventID, store.DeliveryResult{
-			State: store.DeliveryFailed, Error: "endpoint disabled", At: time.Now(),
-		})
+		return r.fail(ctx, a, "endpoint disabled")
 	}
 	if a.Attempts >= r.o.MaxAttempts {
-		// The last attempt was cut short by a stop.
-		r.m.deliveries.WithLabelValues(string(store.DeliveryFailed)).Inc()
-		return r.store.FinishDeliveryAttempt(ctx, endpointID, eventID, store.DeliveryResult{
-			State: store.DeliveryFailed, Error: "attempts exhausted", At: time.Now(),
-		})
+		// The last attempt was cut short by a stop or a crash.
+		return r.fail(ctx, a, "attempts exhausted")
 	}
-	if !r.slots.acquire(endpointID, slotWait) {
-		r.m.held.WithLabelValues("concurrency").Inc()
+	switch {
+	case a.Park.Left > 0:
+		// Spread, so that the endpoint's jobs do not all wake at once.
+		return r.hold(ctx, "parked", a.Park.Left+jitter(time.Second))
+	case a.Park.ProbeLeft > 0:
+		return r.hold(ctx, "parked", jitter(min(a.Park.ProbeLeft, time.Second)))
+	}
+	release, ok, err := r.o.Limiter.Acquire(ctx, endpointID)
+	if err != nil {
+		return r.notSent(ctx, err)
+	}
+	if !ok {
 		// Soon: a slot frees when an attempt ends, within the timeout.
-		return river.JobSnooze(jitter(min(r.o.Timeout, time.Second)))
+		return r.hold(ctx, "concurrency", jitter(min(r.o.Timeout, time.Second)))
 	}
-	defer r.slots.release(endpointID)
+	defer release()
+	probe := a.Park.Parked
+	if probe {
+		claimed, err := r.store.ClaimWebhookProbe(ctx, endpointID, r.o.Timeout+probeLeaseMargin)
+		if err != nil {
+			return r.notSent(ctx, err)
+		}
+		if !claimed {
+			return r.hold(ctx, "parked", jitter(time.Second))
+		}
+	}
 	th := r.throttles.Get(endpointID)
-	if !th.Allow() {
-		r.m.held.WithLabelValues("throttle").Inc()
+	// The park held attempts back already; its probe decides.
+	if !probe && !th.Allow() {
 		// Held attempts back off too, or an endpoint that is down would
 		// cost a query per job every second; but looking less than once a
 		// throttle window would miss the endpoint's recovery.
 		delay := equalJitter(min(r.backoffCeil(a.Attempts+a.Holds+1), r.o.ThrottleWindow))
 		if err := r.store.PostponeDelivery(ctx, endpointID, eventID, time.Now().Add(delay)); err != nil {
-			return err
+			return r.notSent(ctx, err)
 		}
-		return river.JobSnooze(delay)
+		return r.hold(ctx, "throttle", delay)
 	}
 
 	n, err := r.store.StartDeliveryAttempt(ctx, endpointID, eventID)
 	if err != nil {
-		return err
+		return r.notSent(ctx, err)
 	}
 	res := r.attempt(ctx, a, n)
 	if res.accepted() {
@@ -427,7 +529,7 @@ func (r *Runner) deliver(ctx context.Context, endpointID, eventID string) error 
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	out := store.DeliveryResult{HTTPStatus: res.status, Error: res.errText(), At: time.Now()}
-	var snooze time.Duration
+	sent := sentAttempt{probe: probe, accepted: res.accepted(), stopped: ctx.Err() != nil}
 	switch {
 	case res.status >= 200 && res.status < 300:
 		out.State = store.DeliverySucceeded
@@ -435,26 +537,26 @@ func (r *Runner) deliver(ctx context.Context, endpointID, eventID string) error 
 	case res.status == http.StatusGone:
 		out.State = store.DeliveryFailed
 		out.Error = "410 Gone: the endpoint is disabled"
-		if err := r.store.DisableWebhookEndpoint(rctx, endpointID, out.Error); err != nil {
-			return err
-		}
-	case n >= r.o.MaxAttempts && ctx.Err() == nil:
+		sent.gone = true
+	case (n >= r.o.MaxAttempts || job.Attempt >= job.MaxAttempts) && !sent.stopped:
 		out.State = store.DeliveryFailed
 	default:
 		out.State = store.DeliveryPending
-		// The receiver's Retry-After is a lower bound, backoff.max or not.
-		snooze = max(fullJitter(r.backoffCeil(n)), res.retryAfter)
-		if ctx.Err() != nil {
-			snooze = 0 // cut short by a stop: River retries it
+		next := out.At // cut short by a stop: River puts it back at once
+		if !sent.stopped {
+			next = r.retryAt(out.At, n, res.retryAfter)
 		}
-		next := out.At.Add(snooze)
 		out.Next = &next
+	}
+	if err := r.record(rctx, a, &out, &sent); err != nil {
+		return err
 	}
 	if out.State != store.DeliveryPending {
 		r.m.deliveries.WithLabelValues(string(out.State)).Inc()
 	}
-	if err := r.store.FinishDeliveryAttempt(rctx, endpointID, eventID, out); err != nil {
-		return err
+	var retryIn time.Duration
+	if out.Next != nil {
+		retryIn = out.Next.Sub(out.At)
 	}
 	r.o.Log.LogAttrs(ctx, slog.LevelInfo, "webhook attempt",
 		slog.String("endpoint_id", endpointID),
@@ -466,15 +568,130 @@ func (r *Runner) deliver(ctx context.Context, endpointID, eventID string) error 
 		slog.String("state", string(out.State)),
 		slog.Duration("duration", res.duration),
 		slog.String("error", out.Error),
-		slog.Duration("retry_in", snooze),
+		slog.Duration("retry_in", retryIn),
 	)
 	switch {
-	case ctx.Err() != nil:
+	case sent.stopped:
 		return ctx.Err()
 	case out.State == store.DeliveryPending:
-		return river.JobSnooze(snooze)
+		r.retries.Store(job.ID, *out.Next)
+		return fmt.Errorf("%w: %s", errAttemptFailed, out.Error)
 	}
 	return nil
+}
+
+// hold puts the job back in the queue for d without counting an attempt
+// (River's snooze does not count one), an attempt held back for reason.
+func (r *Runner) hold(ctx context.Context, reason string, d time.Duration) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	r.m.held.WithLabelValues(reason).Inc()
+	return river.JobSnooze(d)
+}
+
+// notSent is the outcome of a run that failed before a request was sent
+// (the database failed): nothing counts, and the job comes back a throttle
+// window later.
+func (r *Runner) notSent(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	r.o.Log.WarnContext(ctx, "webhook delivery put back", "error", err)
+	return river.JobSnooze(equalJitter(r.o.ThrottleWindow))
+}
+
+// fail ends the pending delivery a as FAILED with reason, without an
+// attempt.
+func (r *Runner) fail(ctx context.Context, a store.DeliveryAttempt, reason string) error {
+	out := store.DeliveryResult{State: store.DeliveryFailed, Error: reason, At: time.Now()}
+	if err := r.record(ctx, a, &out, nil); err != nil {
+		return r.notSent(ctx, err)
+	}
+	r.m.deliveries.WithLabelValues(string(store.DeliveryFailed)).Inc()
+	return nil
+}
+
+// sentAttempt is what a request sent tells of its endpoint.
+type sentAttempt struct {
+	probe    bool // it was the endpoint's probe
+	accepted bool // the endpoint took it (result.accepted)
+	gone     bool // it answered 410: the endpoint is disabled
+	stopped  bool // the runner's stop cut it short: it says nothing of the endpoint
+}
+
+// record writes out, the outcome of an attempt at a (sent, nil for a
+// delivery ended without one), in one transaction with the endpoint
+// locked: the delivery's state, what the attempt says of the endpoint (its
+// failures in a row, its park, its probe), and, if the delivery ended, its
+// place in River's queue given to the oldest delivery waiting for one, or
+// given up. A failure that parks the endpoint moves a pending delivery's
+// next attempt to the end of the park.
+func (r *Runner) record(ctx context.Context, a store.DeliveryAttempt, out *store.DeliveryResult, sent *sentAttempt) error {
+	endpointID, eventID := a.Endpoint.ID, a.Event.ID
+	return r.store.InTx(ctx, func(ctx context.Context) error {
+		failures, err := r.store.LockWebhookEndpointHealth(ctx, endpointID)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil // deleted meanwhile, with its deliveries
+		}
+		if err != nil {
+			return err
+		}
+		h := store.EndpointHealth{Failures: failures}
+		if sent != nil {
+			h.EndProbe = sent.probe
+			switch {
+			case sent.stopped:
+				// Says nothing of the endpoint.
+			case sent.accepted:
+				h.Failures = 0
+			default:
+				if h.Failures++; h.Failures >= parkAfter {
+					h.ParkFor = equalJitter(r.backoffCeil(h.Failures - parkAfter + 1))
+				}
+			}
+		}
+		if h.ParkFor > 0 && out.Next != nil {
+			next := later(*out.Next, out.At.Add(h.ParkFor))
+			out.Next = &next
+		}
+		ended, err := r.store.FinishDeliveryAttempt(ctx, endpointID, eventID, *out)
+		if err != nil {
+			return err
+		}
+		switch {
+		case sent != nil && sent.gone:
+			// Every delivery to it fails, the waiting ones too.
+			if err := r.store.DisableWebhookEndpoint(ctx, endpointID, out.Error); err != nil {
+				return err
+			}
+		case ended:
+			next, ok, err := r.store.QueueWaitingDelivery(ctx, endpointID)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				h.Queued = -1
+				break
+			}
+			tx, _ := store.TxFromContext(ctx)
+			if _, err := r.river.InsertManyFastTx(ctx, tx, []river.InsertManyParams{r.deliveryJob(endpointID, next)}); err != nil {
+				return fmt.Errorf("enqueue delivery of event %q to endpoint %q: %w", next, endpointID, err)
+			}
+		}
+		if h == (store.EndpointHealth{Failures: failures}) {
+			return nil // nothing changed
+		}
+		return r.store.UpdateWebhookEndpointHealth(ctx, endpointID, h)
+	})
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // backoffCeil returns the ceiling of the wait after attempt n (n >= 1):

@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"log/slog"
 	"math"
+	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -44,6 +46,18 @@ func testOptions() Options {
 		PollInterval:           50 * time.Millisecond,
 		BacklogInterval:        100 * time.Millisecond,
 	}
+}
+
+// closedPort returns a port on 127.0.0.1 that nobody listens on any more.
+func closedPort(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(lis.Addr().String())
+	lis.Close()
+	return port
 }
 
 // testOwner owns the endpoints of the tests (an API key id).
@@ -269,14 +283,34 @@ func (b *testbed) jobWorker(t *testing.T) *jobWorker {
 }
 
 // work runs job once and returns what River made of it and the job after
-// the run.
+// the run. A run that fails its attempt (River retries it) is not an error
+// of the test.
 func (w *jobWorker) work(t *testing.T, job *rivertype.JobRow) (river.EventKind, *rivertype.JobRow) {
 	t.Helper()
 	res, err := w.w.WorkJob(t.Context(), t, w.tx, job)
-	if err != nil {
+	if err != nil && !errors.Is(err, errAttemptFailed) {
 		t.Fatalf("work job %d: %v", job.ID, err)
 	}
+	if (err != nil) != (res.EventKind == river.EventKindJobFailed) {
+		t.Fatalf("work job %d: got %s with error %v", job.ID, res.EventKind, err)
+	}
 	return res.EventKind, res.Job
+}
+
+// fanOut writes the deliveries of every event published so far, as the
+// event jobs do (again, for an event fanned out already: that is a no-op).
+func (b *testbed) fanOut(t *testing.T) {
+	t.Helper()
+	rows, _ := b.pool.Query(t.Context(), `SELECT id FROM webhook_events`)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if err := b.r.expand(t.Context(), id); err != nil {
+			t.Fatalf("fan out event %s: %v", id, err)
+		}
+	}
 }
 
 // publishedJob returns the one delivery job in the queue.
@@ -294,12 +328,13 @@ type firstRun struct {
 }
 
 // workOneEvent registers url for account.created, publishes one event of
-// it and works its job once, as River's first run of it does. The runner
-// must not be running.
+// it, fans it out and works its delivery job once, as River's first run of
+// it does. The runner must not be running.
 func (b *testbed) workOneEvent(t *testing.T, url string) firstRun {
 	t.Helper()
 	ep := b.endpoint(t, url, "account.created")
 	b.publish(t, "account.created", &shebav1.Account{Id: uuid.NewString(), Username: "ada"})
+	b.fanOut(t)
 	w := b.jobWorker(t)
 	kind, job := w.work(t, b.publishedJob(t))
 	return firstRun{ep: ep, w: w, kind: kind, job: job}

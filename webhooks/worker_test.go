@@ -27,10 +27,11 @@ import (
 )
 
 // TestPublishInTheChangesTransaction publishes an event in a transaction
-// that fails and in one that commits: the jobs are in the transaction,
-// seen by nobody else before it commits and gone with it if it fails;
-// once it commits there is one job and one pending delivery for each
-// enabled endpoint that receives the event's type, and none for the others.
+// that fails and in one that commits: its one job, the fan-out's, is in the
+// transaction, seen by nobody else before it commits and gone with it if it
+// fails; once it commits and the fan-out has run, there is one delivery job
+// and one pending delivery for each enabled endpoint that receives the
+// event's type, and none for the others.
 func TestPublishInTheChangesTransaction(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -43,7 +44,8 @@ func TestPublishInTheChangesTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	driver := riverpgxv5.New(b.pool)
-	job := rivertest.ExpectedJob{Args: deliveryArgs{}, Opts: &rivertest.RequireInsertedOpts{Queue: queue}}
+	eventJob := rivertest.ExpectedJob{Args: eventArgs{}, Opts: &rivertest.RequireInsertedOpts{Queue: queue}}
+	deliveryJob := rivertest.ExpectedJob{Args: deliveryArgs{}, Opts: &rivertest.RequireInsertedOpts{Queue: queue, MaxAttempts: testOptions().MaxAttempts + 1}}
 	sub := &shebav1.Subscription{Id: uuid.NewString(), AccountId: uuid.NewString(), Plan: "pro"}
 
 	errChange := errors.New("the change failed")
@@ -52,14 +54,14 @@ func TestPublishInTheChangesTransaction(t *testing.T) {
 			return err
 		}
 		tx, _ := store.TxFromContext(ctx)
-		rivertest.RequireManyInsertedTx[*riverpgxv5.Driver](ctx, t, tx, []rivertest.ExpectedJob{job, job})
-		rivertest.RequireNotInserted(ctx, t, driver, deliveryArgs{}, nil)
+		rivertest.RequireManyInsertedTx[*riverpgxv5.Driver](ctx, t, tx, []rivertest.ExpectedJob{eventJob})
+		rivertest.RequireNotInserted(ctx, t, driver, eventArgs{}, nil)
 		return errChange
 	})
 	if !errors.Is(err, errChange) {
 		t.Fatalf("InTx: got %v, want %v", err, errChange)
 	}
-	rivertest.RequireNotInserted(ctx, t, driver, deliveryArgs{}, nil)
+	rivertest.RequireNotInserted(ctx, t, driver, eventArgs{}, nil)
 	var events int
 	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM webhook_events`).Scan(&events); err != nil {
 		t.Fatal(err)
@@ -69,8 +71,11 @@ func TestPublishInTheChangesTransaction(t *testing.T) {
 	}
 
 	b.publish(t, "subscription.created", sub)
+	rivertest.RequireManyInserted(ctx, t, driver, []rivertest.ExpectedJob{eventJob})
+	rivertest.RequireNotInserted(ctx, t, driver, deliveryArgs{}, nil)
+	b.fanOut(t)
 	var got []deliveryArgs
-	for _, row := range rivertest.RequireManyInserted(ctx, t, driver, []rivertest.ExpectedJob{job, job}) {
+	for _, row := range rivertest.RequireManyInserted(ctx, t, driver, []rivertest.ExpectedJob{deliveryJob, deliveryJob}) {
 		var args deliveryArgs
 		if err := json.Unmarshal(row.EncodedArgs, &args); err != nil {
 			t.Fatal(err)
@@ -110,9 +115,9 @@ var ignoreTimes = cmpopts.IgnoreFields(store.WebhookDelivery{}, "EventID", "Last
 
 // TestWorkerEndsOrRetries works the job of one event, run after run, the
 // way River runs it, against a receiver that answers the same every time:
-// a 2xx ends the delivery at once, anything else is retried (the job put
-// back in the queue, the next attempt due), until max attempts requests
-// were sent; then the delivery is failed and River runs the job no more.
+// a 2xx ends the delivery at once, anything else fails the run, for River
+// to retry (the next attempt due), until max attempts requests were sent;
+// then the delivery is failed and River runs the job no more.
 func TestWorkerEndsOrRetries(t *testing.T) {
 	t.Parallel()
 	const maxAttempts = 3
@@ -135,14 +140,14 @@ func TestWorkerEndsOrRetries(t *testing.T) {
 			name:      "5xx is retried",
 			code:      http.StatusServiceUnavailable,
 			runs:      1,
-			wantKinds: []river.EventKind{river.EventKindJobSnoozed},
+			wantKinds: []river.EventKind{river.EventKindJobFailed},
 			want:      store.WebhookDelivery{State: store.DeliveryPending, Attempts: 1, LastHTTPStatus: 503, LastError: "HTTP 503 Service Unavailable"},
 		},
 		{
 			name:      "max attempts then failed",
 			code:      http.StatusTeapot,
 			runs:      10,
-			wantKinds: []river.EventKind{river.EventKindJobSnoozed, river.EventKindJobSnoozed, river.EventKindJobCompleted},
+			wantKinds: []river.EventKind{river.EventKindJobFailed, river.EventKindJobFailed, river.EventKindJobCompleted},
 			want:      store.WebhookDelivery{State: store.DeliveryFailed, Attempts: 3, LastHTTPStatus: 418, LastError: "HTTP 418 I'm a teapot"},
 		},
 	} {
@@ -152,6 +157,7 @@ func TestWorkerEndsOrRetries(t *testing.T) {
 			rcv := webhookstest.NewReceiver(t, webhookstest.Status(test.code))
 			ep := b.endpoint(t, rcv.URL, "account.created")
 			b.publish(t, "account.created", &shebav1.Account{Id: uuid.NewString(), Username: "ada"})
+			b.fanOut(t)
 			w := b.jobWorker(t)
 			job := b.publishedJob(t)
 			var kinds []river.EventKind
@@ -194,8 +200,8 @@ func TestWorkerEndsOrRetries(t *testing.T) {
 // TestWorkerRetryAfter answers the first attempt with 503 and a
 // Retry-After header: the next attempt is due no earlier than it says, even
 // beyond backoff.max, up to an hour, both in the delivery and in River's
-// schedule (rivertest works the job at once, whatever its schedule); the
-// retry then succeeds.
+// schedule, which the worker's NextRetry sets (rivertest works the job at
+// once, whatever its schedule); the retry then succeeds.
 func TestWorkerRetryAfter(t *testing.T) {
 	t.Parallel()
 	for _, test := range []struct {
@@ -219,8 +225,8 @@ func TestWorkerRetryAfter(t *testing.T) {
 				return http.StatusOK
 			})
 			run := b.workOneEvent(t, rcv.URL)
-			if run.kind != river.EventKindJobSnoozed {
-				t.Fatalf("first run: got %s, want %s", run.kind, river.EventKindJobSnoozed)
+			if run.kind != river.EventKindJobFailed {
+				t.Fatalf("first run: got %s, want %s", run.kind, river.EventKindJobFailed)
 			}
 			job := run.job
 			d := b.deliveries(t, run.ep.ID)[0]
@@ -261,8 +267,8 @@ func TestWorkerAnswerHeadersTooLarge(t *testing.T) {
 		return http.StatusOK
 	})
 	run := b.workOneEvent(t, rcv.URL)
-	if run.kind != river.EventKindJobSnoozed {
-		t.Errorf("got %s, want %s: the attempt failed and is retried", run.kind, river.EventKindJobSnoozed)
+	if run.kind != river.EventKindJobFailed {
+		t.Errorf("got %s, want %s: the attempt failed and is retried", run.kind, river.EventKindJobFailed)
 	}
 	d := b.deliveries(t, run.ep.ID)[0]
 	if d.State != store.DeliveryPending || d.Attempts != 1 || d.NextAttemptTime == nil {
@@ -282,13 +288,7 @@ func TestWorkerAnswerHeadersTooLarge(t *testing.T) {
 // of a host that resolves to loopback after it was registered.
 func TestWorkerErrorNamesNoAddress(t *testing.T) {
 	t.Parallel()
-	// A port on 127.0.0.1 that nobody listens on any more.
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, closedPort, _ := net.SplitHostPort(lis.Addr().String())
-	lis.Close()
+	closedPort := closedPort(t)
 	rcv := webhookstest.NewReceiver(t, webhookstest.Status(http.StatusOK))
 	_, rcvPort, _ := net.SplitHostPort(rcv.Listener.Addr().String())
 
@@ -311,8 +311,8 @@ func TestWorkerErrorNamesNoAddress(t *testing.T) {
 				})
 			})
 			run := b.workOneEvent(t, test.url)
-			if run.kind != river.EventKindJobSnoozed {
-				t.Errorf("got %s, want %s", run.kind, river.EventKindJobSnoozed)
+			if run.kind != river.EventKindJobFailed {
+				t.Errorf("got %s, want %s", run.kind, river.EventKindJobFailed)
 			}
 			d := b.deliveries(t, run.ep.ID)[0]
 			if d.State != store.DeliveryPending || !strings.Contains(d.LastError, test.want) {
@@ -338,6 +338,7 @@ func TestWorkerGoneDisablesEndpoint(t *testing.T) {
 	rcv := webhookstest.NewReceiver(t, webhookstest.Status(http.StatusGone))
 	ep := b.endpoint(t, rcv.URL, "subscription.created", "subscription.canceled")
 	b.churn(t, 2)
+	b.fanOut(t)
 	jobs := rivertest.RequireManyInserted(ctx, t, riverpgxv5.New(b.pool), []rivertest.ExpectedJob{{Args: deliveryArgs{}}, {Args: deliveryArgs{}}})
 	w := b.jobWorker(t)
 
@@ -370,6 +371,7 @@ func TestWorkerGoneDisablesEndpoint(t *testing.T) {
 	}
 
 	b.churn(t, 1)
+	b.fanOut(t)
 	if n := len(b.deliveries(t, ep.ID)); n != 2 {
 		t.Errorf("after a later event: got %d deliveries, want the 2 from before it was disabled", n)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -355,5 +356,66 @@ func TestBacklogDelaysNobody(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(b.r.m.held.WithLabelValues("parked")); n == 0 {
 		t.Error("got sheba_webhook_held_total{reason=\"parked\"} 0, want the failing endpoint parked")
+	}
+}
+
+// TestRetention runs two replicas with a retention of an hour, checked
+// every second: the event whose deliveries ended more than an hour ago is
+// deleted with its deliveries by River's periodic job, the old event still
+// pending and the recent ended one are kept, and the job is enqueued once a
+// period for the cluster, not once per replica.
+func TestRetention(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	const every = time.Second
+	retain := func(o *Options) {
+		o.Retention = time.Hour
+		o.RetentionInterval = every
+	}
+	b := newTestbed(t, retain)
+	ep := b.endpoint(t, "http://127.0.0.1:1/", "subscription.created", "subscription.canceled")
+	b.churn(t, 3)
+	b.fanOut(t)
+	ds := b.deliveries(t, ep.ID)
+	oldEnded, oldPending, recentEnded := ds[0].EventID, ds[1].EventID, ds[2].EventID
+	if _, err := b.pool.Exec(ctx, `
+		UPDATE webhook_deliveries SET state = 'succeeded', next_attempt_time = NULL WHERE event_id = ANY ($1)`,
+		[]string{oldEnded, recentEnded}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(ctx, `
+		UPDATE webhook_events SET create_time = now() - interval '2 hours' WHERE id = ANY ($1)`,
+		[]string{oldEnded, oldPending}); err != nil {
+		t.Fatal(err)
+	}
+	// No delivery is worked: the endpoint's jobs are gone.
+	if _, err := b.pool.Exec(ctx, `DELETE FROM river_job WHERE kind <> $1`, retentionArgs{}.Kind()); err != nil {
+		t.Fatal(err)
+	}
+	o := testOptions()
+	retain(&o)
+	start := time.Now()
+	run(t, b.r)
+	run(t, b.newRunner(t, o))
+	b.waitDeliveries(t, ep.ID, 30*time.Second, "the old ended event deleted", func(ds []store.WebhookDelivery) bool {
+		return len(ds) == 2
+	})
+	// A few more periods, to count the jobs.
+	time.Sleep(3 * every)
+	var jobs int
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = $1`, retentionArgs{}.Kind()).Scan(&jobs); err != nil {
+		t.Fatal(err)
+	}
+	periods := int(time.Since(start)/every) + 1
+	t.Logf("%d retention jobs in %d periods of %v, two replicas", jobs, periods, every)
+	if jobs > periods {
+		t.Errorf("got %d retention jobs in %d periods, want at most one a period for the cluster", jobs, periods)
+	}
+	var got []string
+	for _, d := range b.deliveries(t, ep.ID) {
+		got = append(got, d.EventID)
+	}
+	if diff := cmp.Diff([]string{oldPending, recentEnded}, got, cmpopts.SortSlices(func(a, b string) bool { return a < b })); diff != "" {
+		t.Errorf("deliveries kept (-want +got):\n%s", diff)
 	}
 }

@@ -84,6 +84,10 @@ type Options struct {
 	// BacklogInterval is how often the backlog gauge is refreshed (default
 	// 5s).
 	BacklogInterval time.Duration
+	// Retention is how long an event is kept once its deliveries have all
+	// ended (default 7 days); RetentionInterval is how often one replica of
+	// the cluster deletes those older (default 10 minutes).
+	Retention, RetentionInterval time.Duration
 
 	// Log gets one line per attempt; nil discards.
 	Log *slog.Logger
@@ -114,6 +118,12 @@ func (o *Options) setDefaults() {
 	}
 	if o.QueueShare <= 0 {
 		o.QueueShare = 8 * o.PerEndpointConcurrency
+	}
+	if o.Retention <= 0 {
+		o.Retention = 7 * 24 * time.Hour
+	}
+	if o.RetentionInterval <= 0 {
+		o.RetentionInterval = 10 * time.Minute
 	}
 	if o.Limiter == nil {
 		o.Limiter = NewLocalLimiter(o.PerEndpointConcurrency)
@@ -169,6 +179,7 @@ func New(pool *pgxpool.Pool, st *store.Store, o Options) (*Runner, error) {
 	if err := errors.Join(
 		river.AddWorkerSafely(workers, &deliveryWorker{r: r}),
 		river.AddWorkerSafely(workers, &eventWorker{r: r}),
+		river.AddWorkerSafely(workers, &retentionWorker{r: r}),
 	); err != nil {
 		return nil, fmt.Errorf("webhooks: %w", err)
 	}
@@ -176,6 +187,7 @@ func New(pool *pgxpool.Pool, st *store.Store, o Options) (*Runner, error) {
 	r.river, err = river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Queues:               map[string]river.QueueConfig{queue: {MaxWorkers: o.Workers}},
 		Workers:              workers,
+		PeriodicJobs:         []*river.PeriodicJob{r.retentionJob()},
 		JobTimeout:           jobTimeout,
 		RescueStuckJobsAfter: max(o.RescueAfter, jobTimeout),
 		FetchPollInterval:    o.PollInterval,
@@ -239,8 +251,8 @@ func newHTTPClient(o Options) *http.Client {
 	}
 }
 
-// Run works webhook jobs (fan-outs, deliveries) until ctx is done, then
-// stops: no job is taken
+// Run works webhook jobs (fan-outs, deliveries, retention) until ctx is
+// done, then stops: no job is taken
 // any more, attempts in flight are given stopTimeout to finish, and those
 // still running then are canceled (their outcome recorded, and retried
 // later, by this replica or another), Run waiting at most hardStopWait more
@@ -267,7 +279,6 @@ func (r *Runner) Run(ctx context.Context, stopTimeout time.Duration) error {
 		}
 	}
 	go r.refreshBacklog(ctx)
-	go r.dropEnded(ctx)
 	<-ctx.Done()
 	softCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
 	defer cancel()
@@ -297,33 +308,6 @@ func (r *Runner) refreshBacklog(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		}
-	}
-}
-
-// Retention of ended deliveries: events whose deliveries have all ended
-// are deleted after retention, a batch at a time, by every replica.
-const (
-	retention      = 7 * 24 * time.Hour
-	retentionEvery = 10 * time.Minute
-	retentionBatch = 1000
-)
-
-// dropEnded deletes old ended events until ctx is done.
-func (r *Runner) dropEnded(ctx context.Context) {
-	t := time.NewTicker(retentionEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		for {
-			n, err := r.store.DeleteEndedWebhookEvents(ctx, time.Now().Add(-retention), retentionBatch)
-			if err != nil || n < retentionBatch {
-				break
-			}
 		}
 	}
 }

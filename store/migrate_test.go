@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/golang-migrate/migrate/v4"
 	"github.com/google/go-cmp/cmp"
@@ -16,7 +17,7 @@ import (
 )
 
 // schemaTables are the tables the migrations make.
-var schemaTables = []string{"accounts", "subscriptions", "idempotency_keys", "webhook_endpoints", "webhook_events", "webhook_deliveries"}
+var schemaTables = []string{"accounts", "subscriptions", "idempotency_keys", "webhook_endpoints", "webhook_events", "webhook_deliveries", "webhook_leases"}
 
 // tablesExisting returns how many of schemaTables are in the database.
 func tablesExisting(tb testing.TB, dbURL string) int {
@@ -48,7 +49,7 @@ func checkStatus(tb testing.TB, dbURL string, want []store.MigrationState) {
 }
 
 // migrationNames are the embedded migrations, in order.
-var migrationNames = []string{"init", "idempotency", "webhooks", "webhook_secret_rotation", "webhook_fanout"}
+var migrationNames = []string{"init", "idempotency", "webhooks", "webhook_secret_rotation", "webhook_fanout", "webhook_leases"}
 
 // statesApplied returns the status of the migrations with the first n
 // applied.
@@ -175,10 +176,15 @@ func TestMigrateDownKeepsRows(t *testing.T) {
 	if _, err := s.CreateSubscription(ctx, a.ID, "pro"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.CreateWebhookEndpoint(ctx, store.WebhookEndpoint{
+	ep, err := s.CreateWebhookEndpoint(ctx, store.WebhookEndpoint{
 		Owner: "test", URL: "https://example.com/hook", EventTypes: []string{"account.created"}, Secret: "whsec_x",
-	}, 1); err != nil {
+	}, 1)
+	if err != nil {
 		t.Fatal(err)
+	}
+	// An attempt in flight.
+	if _, ok, err := s.AcquireWebhookLease(ctx, ep.ID, 1, time.Hour); !ok || err != nil {
+		t.Fatalf("AcquireWebhookLease: got %v, %v, want a lease", ok, err)
 	}
 	pool.Close()
 
@@ -186,6 +192,7 @@ func TestMigrateDownKeepsRows(t *testing.T) {
 		version uint
 		want    []store.TableRows // nil: reverted without force
 	}{
+		{6, []store.TableRows{{Table: "webhook_leases", Rows: 1}}},
 		// Columns dropped, no table.
 		{5, nil},
 		{4, nil},

@@ -176,9 +176,9 @@ func TestMigrateDownGuard(t *testing.T) {
 		}
 		return strings.Count(out, "applied")
 	}
-	// The fan-out and the secret rotation drop columns only; the webhook
-	// and idempotency tables are empty.
-	for range 4 {
+	// The fan-out and the secret rotation drop columns only; the lease,
+	// webhook and idempotency tables are empty.
+	for range 5 {
 		if _, err := runCmd(t, env, "migrate", "down"); err != nil {
 			t.Fatalf("migrate down over empty tables: %v", err)
 		}

@@ -25,7 +25,8 @@
 // that. An endpoint that keeps failing is parked: its jobs sleep until the
 // park ends, then one probe at a time decides whether it resumes. An
 // attempt to an endpoint that is not parked is also held back by the cap on
-// attempts in flight to it (a Limiter) and the adaptive throttle of package
-// throttle. Held attempts go back in the queue (River's snooze) and do not
-// count as attempts.
+// attempts in flight to it (a Limiter: by default leases in Postgres, so
+// that the cap holds for every replica together) and the adaptive throttle
+// of package throttle. Held attempts go back in the queue (River's snooze)
+// and do not count as attempts.
 package webhooks

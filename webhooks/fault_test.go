@@ -137,64 +137,90 @@ func TestBadReceiversBlockNobody(t *testing.T) {
 }
 
 // TestOutage takes an endpoint down while 40 events arrive, then brings it
-// back: at most per_endpoint_concurrency requests are ever in flight, the
-// throttle holds most attempts back during the outage, and every event
+// back, with one replica and with three on the same database: at most
+// per_endpoint_concurrency requests are ever in flight, from the replicas
+// together; the throttle and the park hold most attempts back during the
+// outage, three replicas sending no more than one is allowed (the throttle
+// is each replica's, but the failures in a row, the park and its one probe
+// at a time are shared in Postgres, as the cap is); and every event
 // arrives after recovery, once.
 func TestOutage(t *testing.T) {
 	t.Parallel()
-	const (
-		events = 40
-		outage = 5 * time.Second
-		cap    = 2
-	)
-	b := newTestbed(t, func(o *Options) { o.PerEndpointConcurrency = cap })
-	var down atomic.Bool
-	down.Store(true)
-	var outageRequests atomic.Int64
-	rcv := webhookstest.NewReceiver(t, func(int, http.ResponseWriter) int {
-		time.Sleep(20 * time.Millisecond) // long enough for requests to overlap
-		if down.Load() {
-			outageRequests.Add(1)
-			return http.StatusServiceUnavailable
-		}
-		return http.StatusOK
-	})
-	ep := b.endpoint(t, rcv.URL, "subscription.created", "subscription.canceled")
-	run(t, b.r)
-	start := time.Now()
-	b.churn(t, events)
-	time.Sleep(outage - time.Since(start))
-	down.Store(false)
-	recovered := time.Now()
-	b.waitDeliveries(t, ep.ID, 60*time.Second, "every event delivered", all(events, store.DeliverySucceeded))
-	drain := time.Since(recovered)
+	for _, test := range []struct {
+		name     string
+		replicas int
+	}{
+		{"one replica", 1},
+		{"three replicas", 3},
+	} {
+		t.Run(test.name, func(t *testing.T) {
+			t.Parallel()
+			const (
+				events = 40
+				outage = 5 * time.Second
+				slots  = 2
+			)
+			adjust := func(o *Options) { o.PerEndpointConcurrency = slots }
+			b := newTestbed(t, adjust)
+			var down atomic.Bool
+			down.Store(true)
+			var outageRequests atomic.Int64
+			rcv := webhookstest.NewReceiver(t, func(int, http.ResponseWriter) int {
+				time.Sleep(20 * time.Millisecond) // long enough for requests to overlap
+				if down.Load() {
+					outageRequests.Add(1)
+					return http.StatusServiceUnavailable
+				}
+				return http.StatusOK
+			})
+			ep := b.endpoint(t, rcv.URL, "subscription.created", "subscription.canceled")
+			rs := b.replicas(t, test.replicas, adjust)
+			for _, r := range rs {
+				run(t, r)
+			}
+			start := time.Now()
+			b.churn(t, events)
+			time.Sleep(outage - time.Since(start))
+			down.Store(false)
+			recovered := time.Now()
+			b.waitDeliveries(t, ep.ID, 2*time.Minute, "every event delivered", all(events, store.DeliverySucceeded))
+			drain := time.Since(recovered)
 
-	// Without the throttle, each event would be retried on its own backoff
-	// (base 50ms, ceiling 400ms: one request per 200ms on average, less the
-	// 20ms answer) all through the outage.
-	unthrottled := float64(events) * outage.Seconds() / 0.22
-	got := outageRequests.Load()
-	t.Logf("outage %v: %d requests (%.0f without the throttle), drained in %v, max in flight %d", outage, got, unthrottled, drain, rcv.Peak())
-	if float64(got) > unthrottled/4 {
-		t.Errorf("got %d requests during the outage, want under a quarter of the %.0f the backoff alone allows", got, unthrottled)
-	}
-	if peak := rcv.Peak(); peak > cap {
-		t.Errorf("got %d requests in flight at once, want at most %d", peak, cap)
-	}
-	if held := testutil.ToFloat64(b.r.m.held.WithLabelValues("throttle")); held == 0 {
-		t.Error("got sheba_webhook_held_total{reason=\"throttle\"} 0, want throttle holds")
-	}
-	// Every event succeeded exactly once.
-	ok := map[string]int{}
-	for _, req := range rcv.Requests() {
-		if req.At.After(recovered) {
-			ok[req.Header.Get("webhook-id")]++
-		}
-	}
-	for id, n := range ok {
-		if n != 1 {
-			t.Errorf("event %s delivered %d times after recovery, want once", id, n)
-		}
+			// Without the throttle, each event would be retried on its own
+			// backoff (base 50ms, ceiling 400ms: one request per 200ms on
+			// average, less the 20ms answer) all through the outage.
+			unthrottled := float64(events) * outage.Seconds() / 0.22
+			got := outageRequests.Load()
+			var sent []float64
+			for _, r := range rs {
+				sent = append(sent, r.sent())
+			}
+			t.Logf("outage %v: %d requests (%.0f without the throttle; sent by each replica, outage and after: %v), drained in %v, max in flight %d",
+				outage, got, unthrottled, sent, drain, rcv.Peak())
+			if float64(got) > unthrottled/4 {
+				t.Errorf("got %d requests during the outage, want under a quarter of the %.0f the backoff alone allows", got, unthrottled)
+			}
+			if peak := rcv.Peak(); peak > slots {
+				t.Errorf("got %d requests in flight at once, want at most %d", peak, slots)
+			}
+			// With three, the park may come before any replica's throttle has
+			// counted enough failures to hold one back.
+			if held := testutil.ToFloat64(b.r.m.held.WithLabelValues("throttle")); test.replicas == 1 && held == 0 {
+				t.Error("got sheba_webhook_held_total{reason=\"throttle\"} 0, want throttle holds")
+			}
+			// Every event succeeded exactly once.
+			ok := map[string]int{}
+			for _, req := range rcv.Requests() {
+				if req.At.After(recovered) {
+					ok[req.Header.Get("webhook-id")]++
+				}
+			}
+			for id, n := range ok {
+				if n != 1 {
+					t.Errorf("event %s delivered %d times after recovery, want once", id, n)
+				}
+			}
+		})
 	}
 }
 
@@ -262,8 +288,9 @@ func TestRestartLosesNothing(t *testing.T) {
 
 // TestCrashMidAttempt leaves the queue as a replica killed in the middle
 // of an attempt leaves it (the job running, the attempt counted, no
-// outcome) and starts a fresh runner: River rescues the job and the event
-// is delivered.
+// outcome, its leases of the endpoint's slots held) and starts a fresh
+// runner: River rescues the job, and the event is delivered once the dead
+// replica's leases have expired.
 func TestCrashMidAttempt(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -285,14 +312,29 @@ func TestCrashMidAttempt(t *testing.T) {
 	if _, err := b.st.StartDeliveryAttempt(ctx, ep.ID, b.deliveries(t, ep.ID)[0].EventID); err != nil {
 		t.Fatal(err)
 	}
+	// Every slot of the endpoint, leased for 2 s more (a lease lasts longer
+	// than a job may run; the crash came near its end).
+	var expires time.Time
+	if err := b.pool.QueryRow(ctx, `
+		INSERT INTO webhook_leases (endpoint_id, slot, holder, expire_time)
+		SELECT $1, slot, gen_random_uuid(), now() + interval '2 seconds'
+		FROM generate_series(0, $2::integer - 1) AS slot
+		RETURNING expire_time`, ep.ID, testOptions().PerEndpointConcurrency).Scan(&expires); err != nil {
+		t.Fatal(err)
+	}
 
 	run(t, b.newRunner(t, testOptions()))
 	ds := b.waitDeliveries(t, ep.ID, 90*time.Second, "the rescued delivery succeeded", all(1, store.DeliverySucceeded))
 	if ds[0].Attempts != 2 {
 		t.Errorf("got %d attempts, want 2: the one cut by the crash counts", ds[0].Attempts)
 	}
-	if n := len(rcv.Requests()); n != 1 {
-		t.Errorf("receiver got %d requests, want 1", n)
+	reqs := rcv.Requests()
+	if len(reqs) != 1 {
+		t.Fatalf("receiver got %d requests, want 1", len(reqs))
+	}
+	// The test's Postgres runs on this machine, on its clock.
+	if reqs[0].At.Before(expires) {
+		t.Errorf("the rescued attempt arrived %v before the dead replica's leases expired, want after", expires.Sub(reqs[0].At))
 	}
 }
 

@@ -8,7 +8,8 @@ import (
 )
 
 // retentionArgs is the job of deleting the events whose deliveries have
-// all ended, once they are older than Options.Retention.
+// all ended, once they are older than Options.Retention, and the leases of
+// replicas that died (expired, they hold no slot any more).
 type retentionArgs struct{}
 
 func (retentionArgs) Kind() string { return "sheba_webhook_retention" }
@@ -39,6 +40,9 @@ type retentionWorker struct {
 }
 
 func (w *retentionWorker) Work(ctx context.Context, _ *river.Job[retentionArgs]) error {
+	if _, err := w.r.store.DeleteExpiredWebhookLeases(ctx); err != nil {
+		return err
+	}
 	before := time.Now().Add(-w.r.o.Retention)
 	for range retentionBatches {
 		n, err := w.r.store.DeleteEndedWebhookEvents(ctx, before, retentionBatch)

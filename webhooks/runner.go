@@ -56,7 +56,8 @@ type Options struct {
 	// tests answer names with their own.
 	Resolver *net.Resolver
 	// Limiter caps the attempts in flight to each endpoint at
-	// PerEndpointConcurrency (nil: NewLocalLimiter, in this process).
+	// PerEndpointConcurrency (nil: NewSharedLimiter, leases in Postgres
+	// that every replica shares).
 	Limiter Limiter
 
 	// Workers is the number of jobs this replica works at once (default 50).
@@ -125,9 +126,6 @@ func (o *Options) setDefaults() {
 	if o.RetentionInterval <= 0 {
 		o.RetentionInterval = 10 * time.Minute
 	}
-	if o.Limiter == nil {
-		o.Limiter = NewLocalLimiter(o.PerEndpointConcurrency)
-	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
@@ -163,6 +161,14 @@ func New(pool *pgxpool.Pool, st *store.Store, o Options) (*Runner, error) {
 		return nil, errors.New("webhooks: timeout, max attempts, backoff and per-endpoint concurrency must be set")
 	}
 	o.setDefaults()
+	// River cancels a job, and its request with it, jobTimeout after it
+	// starts: a lease taken after that start and held jobTimeout and a bit
+	// more outlives every request sent under it, so an expired lease never
+	// has a request in flight.
+	jobTimeout := o.Timeout + 30*time.Second
+	if o.Limiter == nil {
+		o.Limiter = NewSharedLimiter(st, o.PerEndpointConcurrency, jobTimeout+leaseMargin, o.Log)
+	}
 	m, err := newMetrics(o.Registerer)
 	if err != nil {
 		return nil, fmt.Errorf("webhooks: metrics: %w", err)
@@ -183,7 +189,6 @@ func New(pool *pgxpool.Pool, st *store.Store, o Options) (*Runner, error) {
 	); err != nil {
 		return nil, fmt.Errorf("webhooks: %w", err)
 	}
-	jobTimeout := o.Timeout + 30*time.Second
 	r.river, err = river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Queues:               map[string]river.QueueConfig{queue: {MaxWorkers: o.Workers}},
 		Workers:              workers,
@@ -432,6 +437,10 @@ const parkAfter = 5
 // probeLeaseMargin is how much longer than an attempt a probe holds its
 // endpoint's probe: past it, a probe whose replica died is given up.
 const probeLeaseMargin = 5 * time.Second
+
+// leaseMargin is how much longer than a job may run its lease of a slot of
+// its endpoint lasts (NewSharedLimiter).
+const leaseMargin = 5 * time.Second
 
 // slotWait is how long an attempt waits for a slot of its endpoint before
 // it is put back in the queue.

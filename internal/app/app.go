@@ -238,7 +238,11 @@ func (a *App) ServiceInfo() map[string]grpc.ServiceInfo { return a.grpc.GetServi
 
 // newWebhooks builds the webhook runner (docs/webhooks.md) from the
 // webhooks section, on pool, the queue's own, with the resolver of opts;
-// its webhook options, if any, change the runner's options last.
+// its webhook options, if any, change the runner's options last. The cap on
+// attempts in flight to an endpoint is the runner's own default, leases in
+// Postgres on pool shared by every replica: never in Redis, whose outage
+// could not fall back without exceeding it
+// (docs/webhooks.md#protecting-a-failing-endpoint).
 func newWebhooks(c config.Webhooks, pool *pgxpool.Pool, opts options, log *slog.Logger, tp trace.TracerProvider, reg prometheus.Registerer) (*webhooks.Runner, error) {
 	o := webhooks.Options{
 		Timeout:                c.Timeout,

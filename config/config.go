@@ -185,7 +185,7 @@ type Webhooks struct {
 	// Backoff spaces the attempts.
 	Backoff Backoff `yaml:"backoff"`
 	// PerEndpointConcurrency is the most attempts in flight to one endpoint
-	// from one replica.
+	// from every replica together.
 	PerEndpointConcurrency int `yaml:"per_endpoint_concurrency"`
 	// AllowPrivateNetworks lets endpoints point at addresses that are not
 	// public and at any port (for development and tests).

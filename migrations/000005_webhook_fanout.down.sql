@@ -1,4 +1,4 @@
--- Undo 000004_webhook_fanout.up.sql. Drain the queue first
+-- Undo 000005_webhook_fanout.up.sql. Drain the queue first
 -- (docs/operations.md#migrations): deliveries waiting for a place and events
 -- not yet fanned out have no job the older version would work.
 BEGIN;

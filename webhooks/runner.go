@@ -165,7 +165,7 @@ func New(pool *pgxpool.Pool, st *store.Store, o Options) (*Runner, error) {
 	// starts: a lease taken after that start and held jobTimeout and a bit
 	// more outlives every request sent under it, so an expired lease never
 	// has a request in flight.
-	jobTimeout := o.Timeout + 30*time.Second
+	jobTimeout := o.jobTimeout()
 	if o.Limiter == nil {
 		o.Limiter = NewSharedLimiter(st, o.PerEndpointConcurrency, jobTimeout+leaseMargin, o.Log)
 	}
@@ -434,12 +434,14 @@ var errAttemptFailed = errors.New("webhook attempt failed")
 // count, and its deliveries' jobs sleep until the park ends.
 const parkAfter = 5
 
-// probeLeaseMargin is how much longer than an attempt a probe holds its
-// endpoint's probe: past it, a probe whose replica died is given up.
-const probeLeaseMargin = 5 * time.Second
+// jobTimeout is how long River lets a delivery job run before it cancels
+// it, and the attempt's request with it.
+func (o Options) jobTimeout() time.Duration { return o.Timeout + 30*time.Second }
 
 // leaseMargin is how much longer than a job may run its lease of a slot of
-// its endpoint lasts (NewSharedLimiter).
+// its endpoint lasts (NewSharedLimiter), and its hold of its endpoint's
+// probe: past it, a probe or slot whose replica died is given up, and no
+// request sent under it can still be in flight.
 const leaseMargin = 5 * time.Second
 
 // slotWait is how long an attempt waits for a slot of its endpoint before
@@ -489,7 +491,7 @@ func (r *Runner) deliver(ctx context.Context, job *river.Job[deliveryArgs]) erro
 	defer release()
 	probe := a.Park.Parked
 	if probe {
-		claimed, err := r.store.ClaimWebhookProbe(ctx, endpointID, r.o.Timeout+probeLeaseMargin)
+		claimed, err := r.store.ClaimWebhookProbe(ctx, endpointID, r.o.jobTimeout()+leaseMargin)
 		if err != nil {
 			return r.notSent(ctx, err)
 		}

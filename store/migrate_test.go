@@ -48,17 +48,36 @@ func checkStatus(tb testing.TB, dbURL string, want []store.MigrationState) {
 	}
 }
 
-// migrationNames are the embedded migrations, in order.
-var migrationNames = []string{"init", "idempotency", "webhooks", "webhook_secret_rotation", "webhook_fanout", "webhook_leases"}
+// migrationNames are the embedded migrations, in order. Versions may skip
+// a number (none does today).
+var migrationNames = []struct {
+	version uint
+	name    string
+}{
+	{1, "init"}, {2, "idempotency"}, {3, "webhooks"}, {4, "webhook_secret_rotation"}, {5, "webhook_fanout"},
+	{6, "webhook_leases"}, {7, "webhook_retention_indexes"},
+}
 
 // statesApplied returns the status of the migrations with the first n
 // applied.
 func statesApplied(n int) []store.MigrationState {
 	states := make([]store.MigrationState, len(migrationNames))
-	for i, name := range migrationNames {
-		states[i] = store.MigrationState{Version: uint(i + 1), Name: name, Applied: i < n}
+	for i, m := range migrationNames {
+		states[i] = store.MigrationState{Version: m.version, Name: m.name, Applied: i < n}
 	}
 	return states
+}
+
+// appliedBefore returns how many migrations come before version.
+func appliedBefore(tb testing.TB, version uint) int {
+	tb.Helper()
+	for i, m := range migrationNames {
+		if m.version == version {
+			return i
+		}
+	}
+	tb.Fatalf("no migration %d in migrationNames", version)
+	return 0
 }
 
 func TestMigrations(t *testing.T) {
@@ -134,13 +153,14 @@ func publicTables(tb testing.TB, dbURL string) map[string]bool {
 func TestDroppedTablesMatchTheSQL(t *testing.T) {
 	t.Parallel()
 	dbURL := storetest.NewDatabase(t)
-	for v := uint(len(migrationNames)); v >= 1; v-- {
+	for i := len(migrationNames) - 1; i >= 0; i-- {
+		v, want := migrationNames[i].version, migrationNames[i].name
 		name, guarded, err := store.DroppedTables(v)
 		if err != nil {
 			t.Fatalf("DroppedTables(%d): %v", v, err)
 		}
-		if name != migrationNames[v-1] {
-			t.Errorf("DroppedTables(%d): got name %q, want %q", v, name, migrationNames[v-1])
+		if name != want {
+			t.Errorf("DroppedTables(%d): got name %q, want %q", v, name, want)
 		}
 		before := publicTables(t, dbURL)
 		if err := store.MigrateDown(t.Context(), dbURL, false); err != nil {
@@ -192,6 +212,8 @@ func TestMigrateDownKeepsRows(t *testing.T) {
 		version uint
 		want    []store.TableRows // nil: reverted without force
 	}{
+		// Indexes dropped, no table.
+		{7, nil},
 		{6, []store.TableRows{{Table: "webhook_leases", Rows: 1}}},
 		// Columns dropped, no table.
 		{5, nil},
@@ -200,7 +222,7 @@ func TestMigrateDownKeepsRows(t *testing.T) {
 		{2, nil},
 		{1, []store.TableRows{{Table: "subscriptions", Rows: 1}, {Table: "accounts", Rows: 1}}},
 	} {
-		applied := int(step.version)
+		applied := appliedBefore(t, step.version) + 1
 		err := store.MigrateDown(ctx, dbURL, false)
 		if step.want == nil {
 			if err != nil {
@@ -213,7 +235,7 @@ func TestMigrateDownKeepsRows(t *testing.T) {
 		if !errors.As(err, &full) {
 			t.Fatalf("MigrateDown of %d: got %v, want a TablesNotEmptyError", step.version, err)
 		}
-		if diff := cmp.Diff(&store.TablesNotEmptyError{Version: step.version, Name: migrationNames[applied-1], Tables: step.want}, full); diff != "" {
+		if diff := cmp.Diff(&store.TablesNotEmptyError{Version: step.version, Name: migrationNames[applied-1].name, Tables: step.want}, full); diff != "" {
 			t.Errorf("MigrateDown of %d (-want +got):\n%s", step.version, diff)
 		}
 		t.Logf("MigrateDown of %d: %v", step.version, err)
@@ -241,8 +263,9 @@ func TestMigrationStatusDirty(t *testing.T) {
 
 	_, err = store.MigrationStatus(t.Context(), dbURL)
 	var dirty migrate.ErrDirty
-	if !errors.As(err, &dirty) || dirty.Version != len(migrationNames) {
-		t.Errorf("MigrationStatus on a dirty database: got %v, want migrate.ErrDirty at version %d", err, len(migrationNames))
+	last := int(migrationNames[len(migrationNames)-1].version)
+	if !errors.As(err, &dirty) || dirty.Version != last {
+		t.Errorf("MigrationStatus on a dirty database: got %v, want migrate.ErrDirty at version %d", err, last)
 	}
 	if err := store.MigrateUp(t.Context(), dbURL); err == nil {
 		t.Error("MigrateUp on a dirty database: got nil, want an error")

@@ -298,3 +298,26 @@ func TestParseOptions(t *testing.T) {
 		t.Errorf("budget of 7 default scenarios = %v, want 3m58s", d)
 	}
 }
+
+func TestWebhookFigures(t *testing.T) {
+	for _, test := range []struct {
+		f    figure
+		want string
+	}{
+		{fig("delivered/s", 397.4, ""), "delivered/s 397"},
+		{goalFig("ratio", 0.8, "", ">=", 0.8), "ratio 0.80 (goal ≥ 0.80 ✓)"},
+		{goalFig("drain", 31.5, " s", "<=", 30), "drain 31.5 s (goal ≤ 30 s ✗)"},
+		{goalFig("duplicates", 0, "", "==", 0), "duplicates 0 (goal = 0 ✓)"},
+		{goalFig("delivered", 19999, "", "==", 20000), "delivered 19,999 (goal = 20,000 ✗)"},
+	} {
+		if got := test.f.String(); got != test.want {
+			t.Errorf("got %q, want %q", got, test.want)
+		}
+	}
+	table := renderWebhookTable([]webhookReport{{Name: "outage", About: "down 60s", Seconds: 90.4, Figures: []figure{
+		goalFig("a", 1, "", "<=", 1), goalFig("b", 2, "", "<=", 1), fig("c", 3, ""),
+	}}})
+	if want := "| outage: down 60s | a 1 (goal ≤ 1 ✓); b 2 (goal ≤ 1 ✗); c 3 | 1 of 2 | 1m30s |\n"; !strings.HasSuffix(table, want) {
+		t.Errorf("table:\n%s\nwant it to end in\n%s", table, want)
+	}
+}

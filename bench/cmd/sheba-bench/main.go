@@ -92,9 +92,17 @@ type options struct {
 	goCmd        string
 	keep         bool
 	// The webhook scenarios (webhooks.go).
-	webhookEvents int
-	webhookOutage time.Duration
-	webhookRate   int
+	webhookEvents        int
+	webhookEndpoints     int
+	webhookFail          float64
+	webhookOutage        time.Duration
+	webhookRate          int
+	webhookWrites        int
+	webhookBacklog       int
+	webhookBacklogOutage time.Duration
+	webhookReplicas      int
+	webhookFleetEvents   int
+	webhookSlow          time.Duration
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -117,9 +125,17 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.loadCPU, "load-cpu", 1, "CPU of the load generators (-1: no pinning)")
 	fs.StringVar(&o.resultsDir, "results", "bench/results", "folder of the JSON results")
 	fs.StringVar(&o.goCmd, "go", "go", "go command")
-	fs.IntVar(&o.webhookEvents, "webhook-events", 5000, "events of webhook-throughput")
-	fs.DurationVar(&o.webhookOutage, "webhook-outage", 60*time.Second, "how long the receiver of webhook-outage is down")
-	fs.IntVar(&o.webhookRate, "webhook-rate", 20, "events/s published during webhook-outage")
+	fs.IntVar(&o.webhookEvents, "webhook-events", 1000, "events of webhook-intermittent, each to every endpoint")
+	fs.IntVar(&o.webhookEndpoints, "webhook-endpoints", 20, "endpoints of webhook-intermittent")
+	fs.Float64Var(&o.webhookFail, "webhook-fail", 0.05, "share of webhook-intermittent's requests answered 500, at random")
+	fs.DurationVar(&o.webhookOutage, "webhook-outage", 60*time.Second, "how long the failing endpoint of webhook-outage is down")
+	fs.IntVar(&o.webhookRate, "webhook-rate", 50, "events/s published during webhook-outage")
+	fs.IntVar(&o.webhookWrites, "webhook-writes", 1000, "CreateSubscription calls of webhook-write-cost per subscriber count and pair")
+	fs.IntVar(&o.webhookBacklog, "webhook-backlog", 100000, "pending deliveries of webhook-backlog")
+	fs.DurationVar(&o.webhookBacklogOutage, "webhook-backlog-outage", 20*time.Second, "how long the failing endpoint of webhook-backlog's outage is down")
+	fs.IntVar(&o.webhookReplicas, "webhook-replicas", 3, "runners of webhook-fleet")
+	fs.IntVar(&o.webhookFleetEvents, "webhook-fleet-events", 300, "events of webhook-fleet")
+	fs.DurationVar(&o.webhookSlow, "webhook-slow", 200*time.Millisecond, "how long webhook-fleet's endpoint takes to answer")
 	fs.BoolVar(&o.keep, "keep", false, "keep the run's temporary folder (logs, configs, a copy of the Postgres log)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -156,6 +172,22 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return o, usageError("-inflight-low and -inflight-high must be at least 1")
 	case o.accounts < 1 || o.accounts > 10_000_000:
 		return o, usageError("-accounts must be 1..10000000")
+	case o.webhookEvents < 1 || o.webhookEvents > 1_000_000 || o.webhookEndpoints < 1 || o.webhookEndpoints > 1000:
+		return o, usageError("-webhook-events must be 1..1000000 and -webhook-endpoints 1..1000")
+	case o.webhookFail < 0 || o.webhookFail > 0.5:
+		return o, usageError("-webhook-fail must be 0..0.5")
+	case o.webhookOutage < time.Second || o.webhookOutage > time.Hour || o.webhookBacklogOutage < time.Second || o.webhookBacklogOutage > time.Hour:
+		return o, usageError("-webhook-outage and -webhook-backlog-outage must be 1s..1h")
+	case o.webhookRate < 1 || o.webhookRate > 1000:
+		return o, usageError("-webhook-rate must be 1..1000")
+	case o.webhookWrites < 1 || o.webhookWrites > 100_000:
+		return o, usageError("-webhook-writes must be 1..100000")
+	case o.webhookBacklog < backlogEndpoints || o.webhookBacklog > 10_000_000:
+		return o, usageError(fmt.Sprintf("-webhook-backlog must be %d..10000000", backlogEndpoints))
+	case o.webhookReplicas < 1 || o.webhookReplicas > 10 || o.webhookFleetEvents < 1 || o.webhookFleetEvents > 100_000:
+		return o, usageError("-webhook-replicas must be 1..10 and -webhook-fleet-events 1..100000")
+	case o.webhookSlow < 0 || o.webhookSlow > 5*time.Second:
+		return o, usageError("-webhook-slow must be 0..5s")
 	}
 	return o, nil
 }
@@ -319,9 +351,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		}
 		rep.Scenarios = append(rep.Scenarios, sr)
 	}
-	var webhookTable string
-	if want(scenWebhookThroughput, scenWebhookOutage) {
-		if webhookTable, err = b.runWebhookScenarios(ctx, want(scenWebhookThroughput), want(scenWebhookOutage), logf); err != nil {
+	if want(webhookScenarios...) {
+		plans := resultsPath(filepath.Join(b.repo, opts.resultsDir), rep, "-plans.txt")
+		if rep.Webhooks, err = b.runWebhookScenarios(ctx, opts.scenarios, plans, logf); err != nil {
 			return err
 		}
 	}
@@ -332,7 +364,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		return err
 	}
 	fmt.Fprint(stdout, renderTable(rep))
-	fmt.Fprint(stdout, webhookTable)
+	fmt.Fprint(stdout, renderWebhookTable(rep.Webhooks))
 	rel, _ := filepath.Rel(b.repo, path)
 	fmt.Fprintf(stdout, "\nRaw numbers: %s (took %v)\n", rel, rep.Finished.Sub(rep.Started).Round(time.Second))
 	return nil
@@ -624,12 +656,18 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// resultsPath is the file of the run's results of kind suffix in dir:
+// dir/<UTC start time><suffix>.
+func resultsPath(dir string, rep report, suffix string) string {
+	return filepath.Join(dir, rep.Started.Format("20060102T150405Z")+suffix)
+}
+
 // writeReport writes rep as indented JSON to dir/<UTC start time>.json.
 func writeReport(dir string, rep report) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
-	path := filepath.Join(dir, rep.Started.Format("20060102T150405Z")+".json")
+	path := resultsPath(dir, rep, ".json")
 	b, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
 		return "", err

@@ -17,6 +17,7 @@ type report struct {
 	Machine   machine          `json:"machine"`
 	Options   map[string]any   `json:"options"`
 	Scenarios []scenarioReport `json:"scenarios"`
+	Webhooks  []webhookReport  `json:"webhooks,omitempty"`
 }
 
 type scenarioReport struct {
@@ -83,6 +84,12 @@ func reportOptions(o options, b *bench) map[string]any {
 		"accounts":      o.accounts,
 		"auth":          o.auth,
 		"tracing":       b.tracing,
+		"webhooks": map[string]any{
+			"events": o.webhookEvents, "endpoints": o.webhookEndpoints, "fail": o.webhookFail,
+			"outage": o.webhookOutage.String(), "rate": o.webhookRate, "writes": o.webhookWrites,
+			"backlog": o.webhookBacklog, "backlog_outage": o.webhookBacklogOutage.String(),
+			"replicas": o.webhookReplicas, "fleet_events": o.webhookFleetEvents, "slow": o.webhookSlow.String(),
+		},
 	}
 }
 

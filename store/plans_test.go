@@ -165,6 +165,17 @@ func hotQueries(ids planIDs) []hotQuery {
 			_, err := s.ClaimWebhookProbe(ctx, ids.down, 15*time.Second)
 			return err
 		}},
+		{"a slot of the endpoint's cap, taken and given back: AcquireWebhookLease, ReleaseWebhookLease", func(ctx context.Context, s *store.Store) error {
+			lease, ok, err := s.AcquireWebhookLease(ctx, ids.healthy, 8, time.Minute)
+			if err != nil || !ok {
+				return errors.Join(err, errors.New("no slot free"))
+			}
+			return s.ReleaseWebhookLease(ctx, lease)
+		}},
+		{"the leases of a replica that died: DeleteExpiredWebhookLeases", func(ctx context.Context, s *store.Store) error {
+			_, err := s.DeleteExpiredWebhookLeases(ctx)
+			return err
+		}},
 		{"a throttled attempt: PostponeDelivery", func(ctx context.Context, s *store.Store) error {
 			return s.PostponeDelivery(ctx, ids.down, ids.downEvent, time.Now().Add(time.Second))
 		}},

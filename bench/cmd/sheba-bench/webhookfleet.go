@@ -19,9 +19,9 @@ import (
 func (e *webhookEnv) fleet(ctx context.Context) (webhookReport, error) {
 	o := e.opts
 	ro := runnerOptions()
-	// Every replica gets ro.Limiter, nil: a Limiter of its own in process
-	// (webhooks.NewLocalLimiter), which caps its attempts and not the
-	// fleet's; a Limiter shared through Postgres goes here.
+	// Every replica gets ro.Limiter, nil: webhooks.NewSharedLimiter, the
+	// endpoint's slots leased in the database the replicas share, as
+	// sheba serve runs them.
 	rep := webhookReport{About: fmt.Sprintf("%d replicas (runners on one database), %d events to one endpoint answering after %v, per_endpoint_concurrency %d",
 		o.webhookReplicas, o.webhookFleetEvents, o.webhookSlow, ro.PerEndpointConcurrency)}
 	d, err := e.database(ctx, webhookTemplate)

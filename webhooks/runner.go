@@ -74,7 +74,8 @@ type Options struct {
 	// While an endpoint is down, about one attempt a window gets through;
 	// once it is back, the share let through doubles about every window,
 	// so recovery takes some windows: the SRE book's 2 minutes would keep
-	// a recovered endpoint waiting for many minutes.
+	// a recovered endpoint waiting for many minutes. It bounds an
+	// endpoint's park too (parkFor).
 	ThrottleWindow time.Duration
 	// PollInterval is how often River looks for due jobs when no
 	// notification came (default 1s).
@@ -430,9 +431,25 @@ var errAttemptFailed = errors.New("webhook attempt failed")
 // Parking: an endpoint whose attempts fail parkAfter times in a row (no
 // answer, 5xx, 408, 429, on any replica) gets none but one probe at a time
 // until one is taken; the first park lasts about backoff.base, each failed
-// probe doubles it, up to backoff.max. Attempts held back by the park do not
-// count, and its deliveries' jobs sleep until the park ends.
+// probe doubles it, up to backoff.max or the throttle's window, the shorter
+// (parkFor). Attempts held back by the park do not count, and its
+// deliveries' jobs sleep until the park ends.
 const parkAfter = 5
+
+// parkFor is how long an endpoint that has failed failures attempts in a
+// row (at least parkAfter) is parked: about backoff.base, doubling with
+// each failed probe, up to the shorter of backoff.max and ThrottleWindow.
+//
+// The park ends at most a throttle window after the endpoint came back:
+// with backoff.max's hour, an endpoint down for a minute would wait up to
+// a minute more for its probe, and one down for a day up to an hour. A
+// probe every window or so costs a dead endpoint about one request in 5 to
+// 10 s (the default window), however long its backlog; and it spends no
+// delivery's attempts faster than its own backoff would, since a probe is
+// made by a job that was due.
+func (r *Runner) parkFor(failures int) time.Duration {
+	return equalJitter(min(r.backoffCeil(failures-parkAfter+1), r.o.ThrottleWindow))
+}
 
 // jobTimeout is how long River lets a delivery job run before it cancels
 // it, and the attempt's request with it.
@@ -642,7 +659,7 @@ func (r *Runner) record(ctx context.Context, a store.DeliveryAttempt, out *store
 				h.Failures = 0
 			default:
 				if h.Failures++; h.Failures >= parkAfter {
-					h.ParkFor = equalJitter(r.backoffCeil(h.Failures - parkAfter + 1))
+					h.ParkFor = r.parkFor(h.Failures)
 				}
 			}
 		}

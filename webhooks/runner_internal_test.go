@@ -20,6 +20,31 @@ func TestBackoffCeil(t *testing.T) {
 	}
 }
 
+// TestParkFor: the first park lasts about backoff.base, each failed probe
+// doubles it, and none outlasts the throttle's window, so a recovered
+// endpoint is probed within a window even with backoff.max's hour.
+func TestParkFor(t *testing.T) {
+	r := &Runner{o: Options{BackoffBase: time.Second, BackoffMax: time.Hour, ThrottleWindow: 10 * time.Second}}
+	for _, test := range []struct {
+		failures int
+		ceil     time.Duration
+	}{
+		{parkAfter, time.Second}, {parkAfter + 1, 2 * time.Second}, {parkAfter + 3, 8 * time.Second},
+		{parkAfter + 4, 10 * time.Second}, {parkAfter + 40, 10 * time.Second},
+	} {
+		for range 100 {
+			if got := r.parkFor(test.failures); got < test.ceil/2 || got > test.ceil {
+				t.Fatalf("parkFor(%d): got %v, want within [%v, %v]", test.failures, got, test.ceil/2, test.ceil)
+			}
+		}
+	}
+	// A backoff.max below the window bounds the park.
+	r.o.BackoffMax = 3 * time.Second
+	if got := r.parkFor(parkAfter + 40); got > 3*time.Second {
+		t.Errorf("parkFor with backoff.max 3s: got %v, want at most 3s", got)
+	}
+}
+
 func TestJitterBounds(t *testing.T) {
 	const d = 100 * time.Millisecond
 	for range 1000 {

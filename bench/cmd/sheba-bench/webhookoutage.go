@@ -71,6 +71,7 @@ func (e *webhookEnv) outage(ctx context.Context, template string, down time.Dura
 		goalFig("attempts/s to the failing endpoint while down", round2(float64(downAttempts)/down.Seconds()), "", "<=", 1),
 		fig("naive immediate retry's attempts/s while down", round1(float64(naiveAttempts)/naiveDown.Seconds()), ""),
 		fig("events built up", float64(events), ""),
+		fig("first delivery after recovery (its probe)", round1(failing.first().Sub(recovered).Seconds()), " s"),
 		goalFig("drain after recovery", round1(drain.Seconds()), " s", "<=", 30),
 		goalFig("most attempts in flight to it", float64(failing.maxInflight.Load()), "", "<=", float64(ro.PerEndpointConcurrency)),
 		fig("healthy endpoint's delivery latency p50", round2(percentileMs(healthy.latencies(), 50)/1000), " s"),

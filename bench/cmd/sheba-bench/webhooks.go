@@ -354,6 +354,7 @@ type benchReceiver struct {
 
 	mu       sync.Mutex
 	ok       map[string]int // 2xx per webhook-id
+	firstOK  time.Time      // when the first 2xx was answered
 	latency  []time.Duration
 	complete chan struct{} // closed once want events got a 2xx
 	want     int
@@ -392,6 +393,9 @@ func (r *benchReceiver) serve(w http.ResponseWriter, req *http.Request) {
 	r.mu.Lock()
 	id := req.Header.Get("webhook-id")
 	r.ok[id]++
+	if r.firstOK.IsZero() {
+		r.firstOK = at
+	}
 	if r.ok[id] == 1 {
 		r.latency = append(r.latency, at.Sub(ev.Timestamp))
 		if len(r.ok) == r.want {
@@ -447,6 +451,14 @@ func deliveredAll(rs []*benchReceiver) (events, duplicates int) {
 		events, duplicates = events+e, duplicates+d
 	}
 	return events, duplicates
+}
+
+// first returns when the receiver answered its first 2xx (zero: none
+// yet).
+func (r *benchReceiver) first() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.firstOK
 }
 
 // latencies returns the delay of each event's first 2xx after its event.

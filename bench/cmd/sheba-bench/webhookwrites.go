@@ -94,25 +94,39 @@ func (e *webhookEnv) writeCost(ctx context.Context, template string) (webhookRep
 			return rep, err
 		}
 	}
-	lat := make([][]time.Duration, len(writeCostCounts))
-	for range o.pairs {
+	// lat[k][i]: the calls of pair k at the i-th count.
+	lat := make([][][]time.Duration, o.pairs)
+	for k := range lat {
+		lat[k] = make([][]time.Duration, len(writeCostCounts))
 		for i, n := range writeCostCounts {
-			if err := times(n, o.webhookWrites, &lat[i]); err != nil {
+			if err := times(n, o.webhookWrites, &lat[k][i]); err != nil {
 				return rep, err
 			}
 		}
 	}
-	p50s, p99s := make([]float64, len(lat)), make([]float64, len(lat))
-	for i := range lat {
-		p50s[i], p99s[i] = percentileMs(lat[i], 50), percentileMs(lat[i], 99)
+	for i, n := range writeCostCounts {
+		var all []time.Duration
+		for k := range lat {
+			all = append(all, lat[k][i]...)
+		}
 		rep.Figures = append(rep.Figures,
-			fig(fmt.Sprintf("p50 with %d", writeCostCounts[i]), round2(p50s[i]), " ms"),
-			fig(fmt.Sprintf("p99 with %d", writeCostCounts[i]), round2(p99s[i]), " ms"))
+			fig(fmt.Sprintf("p50 with %d", n), round2(percentileMs(all, 50)), " ms"),
+			fig(fmt.Sprintf("p99 with %d", n), round2(percentileMs(all, 99)), " ms"))
 	}
-	last := len(lat) - 1
-	rep.Figures = append(rep.Figures,
-		goalFig(fmt.Sprintf("p50 with %d over p50 with 0", writeCostCounts[last]), round2(p50s[last]/p50s[0]), "×", "<=", 1.2),
-		goalFig(fmt.Sprintf("p99 with %d over p99 with 0", writeCostCounts[last]), round2(p99s[last]/p99s[0]), "×", "<=", 1.2))
+	// The ratios are taken pair by pair, and their median kept, as the
+	// main table's: a pause of the machine or of Postgres (a checkpoint, an
+	// autovacuum) in one count's calls moves its p99 over the pooled calls
+	// more than any difference of the writes, and the spread shows it.
+	last := len(writeCostCounts) - 1
+	for _, p := range []float64{50, 99} {
+		ratios := make([]float64, len(lat))
+		for k := range lat {
+			ratios[k] = percentileMs(lat[k][last], p) / percentileMs(lat[k][0], p)
+		}
+		rep.Figures = append(rep.Figures, goalFig(
+			fmt.Sprintf("p%.0f with %d over p%.0f with 0, median of %d pairs (%s)", p, writeCostCounts[last], p, len(lat), spread(ratios)),
+			round2(median(ratios)), "×", "<=", 1.2))
+	}
 	return rep, nil
 }
 

@@ -130,7 +130,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.Float64Var(&o.webhookFail, "webhook-fail", 0.05, "share of webhook-intermittent's requests answered 500, at random")
 	fs.DurationVar(&o.webhookOutage, "webhook-outage", 60*time.Second, "how long the failing endpoint of webhook-outage is down")
 	fs.IntVar(&o.webhookRate, "webhook-rate", 50, "events/s published during webhook-outage")
-	fs.IntVar(&o.webhookWrites, "webhook-writes", 1000, "CreateSubscription calls of webhook-write-cost per subscriber count and pair")
+	fs.IntVar(&o.webhookWrites, "webhook-writes", 1000, "CreateSubscription calls of webhook-write-cost per subscriber count and round (-pairs rounds)")
 	fs.IntVar(&o.webhookBacklog, "webhook-backlog", 100000, "pending deliveries of webhook-backlog")
 	fs.DurationVar(&o.webhookBacklogOutage, "webhook-backlog-outage", 20*time.Second, "how long the failing endpoint of webhook-backlog's outage is down")
 	fs.IntVar(&o.webhookReplicas, "webhook-replicas", 3, "runners of webhook-fleet")

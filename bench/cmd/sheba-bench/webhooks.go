@@ -253,10 +253,16 @@ const scenarioDatabase = "sheba_webhooks_run"
 // database creates the scenario's database as a copy of template and opens
 // its pools, of the sizes of sheba's defaults.
 func (e *webhookEnv) database(ctx context.Context, template string) (*webhookDB, error) {
-	if err := e.recreate(ctx, scenarioDatabase, template); err != nil {
+	return e.databaseNamed(ctx, scenarioDatabase, template)
+}
+
+// databaseNamed is database under another name, for a scenario that needs
+// several at once.
+func (e *webhookEnv) databaseNamed(ctx context.Context, name, template string) (*webhookDB, error) {
+	if err := e.recreate(ctx, name, template); err != nil {
 		return nil, err
 	}
-	d := &webhookDB{url: e.pg.url(scenarioDatabase)}
+	d := &webhookDB{url: e.pg.url(name)}
 	var err error
 	if d.api, err = store.OpenPool(ctx, d.url, config.Default().Database.MaxConns, tracenoop.NewTracerProvider()); err != nil {
 		return nil, err

@@ -3,7 +3,6 @@ package webhooks
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/shebasvc/sheba/store"
@@ -27,8 +26,7 @@ type Limiter interface {
 // (store.AcquireWebhookLease) that expires after lease by the database's
 // clock, so the slots of a replica that died free themselves; make lease
 // longer than anything the attempt does while it holds one. An Acquire
-// waits up to 100 ms for a slot, as NewLocalLimiter's does, looking again
-// every 25 ms or so. A release that fails is logged to log: its slot frees
+// waits up to 100 ms for a slot, looking again every 25 ms or so. A release that fails is logged to log: its slot frees
 // when it expires.
 func NewSharedLimiter(st *store.Store, perEndpoint int, lease time.Duration, log *slog.Logger) Limiter {
 	return &leases{st: st, max: perEndpoint, lease: lease, log: log}
@@ -79,48 +77,5 @@ func (l *leases) release(ctx context.Context, lease store.WebhookLease) {
 	if err := l.st.ReleaseWebhookLease(ctx, lease); err != nil {
 		l.log.WarnContext(ctx, "webhook lease not released; it frees itself when it expires",
 			"endpoint_id", lease.EndpointID, "error", err)
-	}
-}
-
-// NewLocalLimiter returns a Limiter of perEndpoint slots per endpoint kept
-// in this process: N replicas have N times as many. An Acquire waits up to
-// 100 ms for a slot, which lets a fast endpoint's backlog flow without
-// putting jobs back in the queue and holds no worker long for an endpoint
-// that is slow.
-func NewLocalLimiter(perEndpoint int) Limiter {
-	return &slots{max: perEndpoint, sems: map[string]chan struct{}{}}
-}
-
-// slots is the Limiter of NewLocalLimiter.
-type slots struct {
-	max int
-
-	mu   sync.Mutex
-	sems map[string]chan struct{}
-}
-
-func (s *slots) Acquire(ctx context.Context, endpoint string) (func(), bool, error) {
-	s.mu.Lock()
-	sem, ok := s.sems[endpoint]
-	if !ok {
-		sem = make(chan struct{}, s.max)
-		s.sems[endpoint] = sem
-	}
-	s.mu.Unlock()
-	release := func() { <-sem }
-	select {
-	case sem <- struct{}{}:
-		return release, true, nil
-	default:
-	}
-	t := time.NewTimer(slotWait)
-	defer t.Stop()
-	select {
-	case sem <- struct{}{}:
-		return release, true, nil
-	case <-t.C:
-		return nil, false, nil
-	case <-ctx.Done():
-		return nil, false, ctx.Err()
 	}
 }

@@ -54,7 +54,7 @@ func (r *Runner) sent() float64 {
 // more than per_endpoint_concurrency requests in flight, from the three
 // together, and gets each event once. Each replica works at most 4 jobs at
 // once, so that none can take the whole backlog: with a cap per replica
-// (NewLocalLimiter) the endpoint would see up to 3 × 2 at once.
+// (slots kept in each process) the endpoint would see up to 3 × 2 at once.
 func TestCapAcrossReplicas(t *testing.T) {
 	t.Parallel()
 	const (

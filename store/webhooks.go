@@ -401,6 +401,9 @@ type DeliveryAttempt struct {
 	Holds int
 	// Park is where the endpoint's parking stands.
 	Park EndpointPark
+	// Queued is how many of the endpoint's deliveries have a job in
+	// River's queue.
+	Queued int
 }
 
 // EndpointPark is where the parking of an endpoint that keeps failing
@@ -433,7 +436,8 @@ func (s *Store) GetDeliveryAttempt(ctx context.Context, endpointID, eventID stri
 		       d.state, d.attempts, d.holds,
 		       ep.parked_until IS NOT NULL,
 		       coalesce(greatest(extract(epoch FROM ep.parked_until - now()), 0), 0)::float8,
-		       coalesce(greatest(extract(epoch FROM ep.probe_until - now()), 0), 0)::float8
+		       coalesce(greatest(extract(epoch FROM ep.probe_until - now()), 0), 0)::float8,
+		       ep.queued
 		FROM webhook_deliveries d
 		JOIN webhook_endpoints ep ON ep.id = d.endpoint_id
 		JOIN webhook_events ev ON ev.id = d.event_id
@@ -442,7 +446,7 @@ func (s *Store) GetDeliveryAttempt(ctx context.Context, endpointID, eventID stri
 		&ep.PreviousSecret, &ep.PreviousExpireTime, &ep.State, &ep.CreateTime,
 		&ev.ID, &ev.Type, &ev.Body, &ev.Traceparent, &ev.CreateTime,
 		&a.State, &a.Attempts, &a.Holds,
-		&a.Park.Parked, &parkLeft, &probeLeft)
+		&a.Park.Parked, &parkLeft, &probeLeft, &a.Queued)
 	if err != nil {
 		return DeliveryAttempt{}, fmt.Errorf("get delivery of event %q to endpoint %q: %w", eventID, endpointID, translate(err))
 	}

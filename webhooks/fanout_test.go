@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -357,6 +358,39 @@ func TestBacklogDelaysNobody(t *testing.T) {
 	if n := testutil.ToFloat64(b.r.m.held.WithLabelValues("parked")); n == 0 {
 		t.Error("got sheba_webhook_held_total{reason=\"parked\"} 0, want the failing endpoint parked")
 	}
+}
+
+// TestProbeWakesTheBacklog parks an endpoint with 40 deliveries pending,
+// its jobs held by the park and each asleep for a while of up to 8 minutes
+// (a throttle window of a minute, 32 of them queued: parkedWait), then
+// brings it back: the probe that it takes wakes the others, and every
+// delivery arrives within a minute, where the jobs waking by themselves
+// would take minutes.
+func TestProbeWakesTheBacklog(t *testing.T) {
+	t.Parallel()
+	const events = 40
+	b := newTestbed(t, func(o *Options) { o.ThrottleWindow = time.Minute })
+	var down atomic.Bool
+	down.Store(true)
+	rcv := webhookstest.NewReceiver(t, func(int, http.ResponseWriter) int {
+		if down.Load() {
+			return http.StatusServiceUnavailable
+		}
+		return http.StatusOK
+	})
+	ep := b.endpoint(t, rcv.URL, "subscription.created", "subscription.canceled")
+	run(t, b.r)
+	b.churn(t, events)
+	held := func() float64 { return testutil.ToFloat64(b.r.m.held.WithLabelValues("parked")) }
+	for deadline := time.Now().Add(time.Minute); held() < float64(2*b.r.o.QueueShare); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("got %v attempts held by the park, want the endpoint parked and its jobs held", held())
+		}
+	}
+	down.Store(false)
+	recovered := time.Now()
+	b.waitDeliveries(t, ep.ID, time.Minute, "every event delivered after recovery", all(events, store.DeliverySucceeded))
+	t.Logf("parked with %v holds; every delivery arrived %v after the endpoint came back", held(), time.Since(recovered).Round(time.Millisecond))
 }
 
 // TestRetention runs two replicas with a retention of an hour, checked

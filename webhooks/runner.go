@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
@@ -451,6 +452,59 @@ func (r *Runner) parkFor(failures int) time.Duration {
 	return equalJitter(min(r.backoffCeil(failures-parkAfter+1), r.o.ThrottleWindow))
 }
 
+// parkedWakers is about how many of a parked endpoint's jobs wake in each
+// throttle window (parkedWait): one of them probes once the park has
+// ended, and the probe that the endpoint takes wakes the others at once
+// (wakeEndpoint).
+const parkedWakers = 4
+
+// parkedRecheck is how near its end a park holds a job only until then
+// (and a second at most after), rather than parkedWait past it: the probe
+// that ends the park could wake the others before River has recorded
+// this job's hold, and miss it.
+const parkedRecheck = 250 * time.Millisecond
+
+// parkedWait is how long past the end of its endpoint's park a job held by
+// the park, parkedRecheck or more before its end, sleeps: uniform over a
+// throttle window for each parkedWakers of the endpoint's queued jobs. So
+// about parkedWakers of them wake in a window, whatever the share of the
+// queue the endpoint holds, instead of every one at each park's end: a dead
+// endpoint with a backlog costs a few runs of a job in a window, not 32
+// each 5 to 10 s. The first to wake after the park has ended probes, a
+// fraction of a window later on average.
+func (r *Runner) parkedWait(queued int) time.Duration {
+	spread := r.o.ThrottleWindow * time.Duration(max(1, queued/parkedWakers))
+	return time.Duration(rand.Int64N(int64(spread) + 1))
+}
+
+// wakeEndpoint makes the endpoint's delivery jobs that sleep (held by its
+// park, or waiting for a retry) due at once: the probe that ended its park
+// calls it once its outcome is recorded, so that its backlog flows again
+// at once rather than as each job wakes (parkedWait). River finds them by
+// their args (river_job.args has a GIN index); there are at most
+// QueueShare, plus any a rescue left behind. It is best effort: a job it
+// misses wakes by itself within its wait.
+func (r *Runner) wakeEndpoint(ctx context.Context, endpointID string) error {
+	args, err := json.Marshal(map[string]string{"endpoint_id": endpointID})
+	if err != nil {
+		return err
+	}
+	list, err := r.river.JobList(ctx, river.NewJobListParams().
+		Kinds(deliveryArgs{}.Kind()).
+		States(rivertype.JobStateScheduled, rivertype.JobStateRetryable).
+		Where("args @> @endpoint::jsonb", river.NamedArgs{"endpoint": string(args)}).
+		First(2*r.o.QueueShare))
+	if err != nil {
+		return fmt.Errorf("list the jobs of webhook endpoint %q: %w", endpointID, err)
+	}
+	for _, job := range list.Jobs {
+		if _, err := r.river.JobRetry(ctx, job.ID); err != nil {
+			return fmt.Errorf("wake job %d of webhook endpoint %q: %w", job.ID, endpointID, err)
+		}
+	}
+	return nil
+}
+
 // jobTimeout is how long River lets a delivery job run before it cancels
 // it, and the attempt's request with it.
 func (o Options) jobTimeout() time.Duration { return o.Timeout + 30*time.Second }
@@ -491,10 +545,18 @@ func (r *Runner) deliver(ctx context.Context, job *river.Job[deliveryArgs]) erro
 		return r.fail(ctx, a, "attempts exhausted")
 	}
 	switch {
+	case a.Park.Left >= parkedRecheck:
+		// No probe can end the park before River has recorded this
+		// hold (its completer takes milliseconds), so the one that does
+		// finds this job asleep and wakes it.
+		return r.hold(ctx, "parked", a.Park.Left+r.parkedWait(a.Queued))
 	case a.Park.Left > 0:
-		// Spread, so that the endpoint's jobs do not all wake at once.
+		// Near the park's end: look again soon, spread, so that the
+		// endpoint's jobs do not all wake at once.
 		return r.hold(ctx, "parked", a.Park.Left+jitter(time.Second))
 	case a.Park.ProbeLeft > 0:
+		// A probe in flight may wake the others before this hold is
+		// recorded, and miss this job: look again soon.
 		return r.hold(ctx, "parked", jitter(min(a.Park.ProbeLeft, time.Second)))
 	}
 	release, ok, err := r.o.Limiter.Acquire(ctx, endpointID)
@@ -562,6 +624,11 @@ func (r *Runner) deliver(ctx context.Context, job *river.Job[deliveryArgs]) erro
 	}
 	if err := r.record(rctx, a, &out, &sent); err != nil {
 		return err
+	}
+	if probe && sent.accepted && !sent.stopped {
+		if err := r.wakeEndpoint(rctx, endpointID); err != nil {
+			r.o.Log.WarnContext(ctx, "webhook endpoint back, its held deliveries not woken; they wake by themselves", "endpoint_id", endpointID, "error", err)
+		}
 	}
 	if out.State != store.DeliveryPending {
 		r.m.deliveries.WithLabelValues(string(out.State)).Inc()

@@ -15,7 +15,8 @@ import (
 // its own as a sheba replica would, and publishes -webhook-fleet-events
 // events to one endpoint that answers after -webhook-slow: the most
 // attempts in flight to it, against webhooks.per_endpoint_concurrency,
-// which the cap must hold for the fleet as a whole (CONTRACT.md §8).
+// which the cap must hold for the fleet as a whole
+// (docs/webhooks.md, "Protecting a failing endpoint").
 func (e *webhookEnv) fleet(ctx context.Context) (webhookReport, error) {
 	o := e.opts
 	ro := runnerOptions()

@@ -79,7 +79,11 @@ func (c Config) check() *Error {
 			}
 			return nil
 		},
-		func() *Error { return checkLoginWindow(c.Limits.LoginFailures.Window) },
+		// Retry-After counts whole seconds: a shorter window would be
+		// announced as longer than it is.
+		func() *Error {
+			return atLeast("limits.login_failures.window", c.Limits.LoginFailures.Window, time.Second)
+		},
 		func() *Error { return checkKeys(c.Auth.Keys) },
 		func() *Error { return checkPublic(c.Auth.Public) },
 		func() *Error { return atLeast("compression.min_bytes", c.Compression.MinBytes, 0) },
@@ -364,16 +368,6 @@ func checkMinInflight(l Limits) *Error {
 	}
 	if l.Adaptive && l.MinInflight > l.MaxInflight {
 		return bad("limits.min_inflight", "must be at most limits.max_inflight (%d) when limits.adaptive is true, got %d", l.MaxInflight, l.MinInflight)
-	}
-	return nil
-}
-
-// checkLoginWindow checks the window of the login throttle: Retry-After
-// counts whole seconds, so a shorter window would be announced as longer
-// than it is.
-func checkLoginWindow(d time.Duration) *Error {
-	if d < time.Second {
-		return bad("limits.login_failures.window", "must be at least 1s, got %v", d)
 	}
 	return nil
 }

@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 
 	"github.com/shebasvc/sheba/config"
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
@@ -51,17 +52,7 @@ func (e *testEnv) restCode(ctx context.Context, method, path, body string, heade
 // grpcHTTPCode is the REST status of a gRPC error, for counting the
 // answers of both transports alike.
 func grpcHTTPCode(err error) int {
-	return map[codes.Code]int{
-		codes.OK:                http.StatusOK,
-		codes.InvalidArgument:   http.StatusBadRequest,
-		codes.NotFound:          http.StatusNotFound,
-		codes.AlreadyExists:     http.StatusConflict,
-		codes.Aborted:           http.StatusConflict,
-		codes.ResourceExhausted: http.StatusTooManyRequests,
-		codes.Unavailable:       http.StatusServiceUnavailable,
-		codes.DeadlineExceeded:  http.StatusGatewayTimeout,
-		codes.Internal:          http.StatusInternalServerError,
-	}[status.Code(err)]
+	return runtime.HTTPStatusFromCode(status.Code(err))
 }
 
 // codeCount counts answers by transport and HTTP status.

@@ -335,8 +335,7 @@ func TestWebhookEndpointTargetsRefused(t *testing.T) {
 		"http://[::ffff:8.8.8.8]:8080/hook",
 		"https://public.test/hook",
 	} {
-		body, _ := json.Marshal(map[string]any{"url": url, "eventTypes": []string{"account.created"}})
-		wantCode(t, e.do(t, http.MethodPost, "/v1/webhookEndpoints", string(body)), http.StatusOK)
+		e.createEndpoint(t, url, "account.created")
 	}
 	if n := e.count(t, `SELECT count(*) FROM webhook_events`); n != 0 {
 		t.Errorf("got %d events, want none: nothing may be sent to these URLs", n)

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 
 	"github.com/shebasvc/sheba/interceptors/reason"
-	"github.com/shebasvc/sheba/interceptors/retryafter"
 	"github.com/shebasvc/sheba/server/loginthrottle"
 )
 
@@ -41,8 +40,7 @@ func (m errorMapper) toStatus(ctx context.Context, op string, err error, own rea
 	case errors.Is(err, loginthrottle.ErrBusy):
 		// Too many logins of one username wait for their turn to be
 		// checked: shed as a full hashing queue is.
-		retryafter.Set(ctx, hashRetryAfter)
-		return errHashBusy
+		return shedHashing(ctx)
 	}
 	return reason.Answer(ctx, m.log, op, err, own)
 }

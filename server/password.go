@@ -84,6 +84,13 @@ func newPasswordHasher(params argon2id.Params, limits hashLimits) (*passwordHash
 	return h, nil
 }
 
+// shedHashing is the answer of a call shed because too many wait for a
+// hash: errHashBusy, with Retry-After.
+func shedHashing(ctx context.Context) error {
+	retryafter.Set(ctx, hashRetryAfter)
+	return errHashBusy
+}
+
 // turn waits for a hashing slot within ctx's deadline and returns the func
 // that gives it back. When too many calls wait already it answers
 // ResourceExhausted at once, with retry-after metadata; when ctx ends first,
@@ -94,8 +101,7 @@ func (h *passwordHasher) turn(ctx context.Context) (release func(), err error) {
 	}
 	if h.waiting.Add(1) > h.maxWaiting {
 		h.waiting.Add(-1)
-		retryafter.Set(ctx, hashRetryAfter)
-		return nil, errHashBusy
+		return nil, shedHashing(ctx)
 	}
 	err = h.slots.Acquire(ctx, 1)
 	h.waiting.Add(-1)

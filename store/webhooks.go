@@ -300,6 +300,9 @@ func (s *Store) ExpandWebhookEvent(ctx context.Context, eventID, after string, l
 		}); err != nil {
 			return err
 		}
+		if len(b.Queued) == 0 {
+			return nil
+		}
 		_, err := s.db(ctx).Exec(ctx, `UPDATE webhook_endpoints SET queued = queued + 1 WHERE id = ANY ($1)`, b.Queued)
 		return err
 	})

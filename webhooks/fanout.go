@@ -51,8 +51,7 @@ func (r *Runner) expand(ctx context.Context, eventID string) error {
 			for i, endpointID := range b.Queued {
 				jobs[i] = r.deliveryJob(endpointID, eventID)
 			}
-			tx, _ := store.TxFromContext(ctx)
-			if _, err := r.river.InsertManyFastTx(ctx, tx, jobs); err != nil {
+			if err := r.enqueue(ctx, jobs); err != nil {
 				return fmt.Errorf("enqueue deliveries of event %q: %w", eventID, err)
 			}
 			return nil

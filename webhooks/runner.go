@@ -167,9 +167,8 @@ func New(pool *pgxpool.Pool, st *store.Store, o Options) (*Runner, error) {
 	// starts: a lease taken after that start and held jobTimeout and a bit
 	// more outlives every request sent under it, so an expired lease never
 	// has a request in flight.
-	jobTimeout := o.jobTimeout()
 	if o.Limiter == nil {
-		o.Limiter = NewSharedLimiter(st, o.PerEndpointConcurrency, jobTimeout+leaseMargin, o.Log)
+		o.Limiter = NewSharedLimiter(st, o.PerEndpointConcurrency, o.holdFor(), o.Log)
 	}
 	m, err := newMetrics(o.Registerer)
 	if err != nil {
@@ -195,8 +194,8 @@ func New(pool *pgxpool.Pool, st *store.Store, o Options) (*Runner, error) {
 		Queues:               map[string]river.QueueConfig{queue: {MaxWorkers: o.Workers}},
 		Workers:              workers,
 		PeriodicJobs:         []*river.PeriodicJob{r.retentionJob()},
-		JobTimeout:           jobTimeout,
-		RescueStuckJobsAfter: max(o.RescueAfter, jobTimeout),
+		JobTimeout:           o.jobTimeout(),
+		RescueStuckJobsAfter: max(o.RescueAfter, o.jobTimeout()),
 		FetchPollInterval:    o.PollInterval,
 		FetchCooldown:        min(100*time.Millisecond, o.PollInterval),
 		// Our tables keep what a job did; a completed job is only River's
@@ -379,6 +378,14 @@ func (r *Runner) Publish(ctx context.Context, eventType string, resource proto.M
 	})
 }
 
+// enqueue inserts jobs into River's queue in the transaction of ctx
+// (store.InTx).
+func (r *Runner) enqueue(ctx context.Context, jobs []river.InsertManyParams) error {
+	tx, _ := store.TxFromContext(ctx)
+	_, err := r.river.InsertManyFastTx(ctx, tx, jobs)
+	return err
+}
+
 // deliveryJob is the insert of the job of delivering the event to the
 // endpoint. River runs it at most MaxAttempts+1 times: the run after the
 // last attempt only records FAILED, if that attempt was cut short (a crash
@@ -473,8 +480,7 @@ const parkedRecheck = 250 * time.Millisecond
 // each 5 to 10 s. The first to wake after the park has ended probes, a
 // fraction of a window later on average.
 func (r *Runner) parkedWait(queued int) time.Duration {
-	spread := r.o.ThrottleWindow * time.Duration(max(1, queued/parkedWakers))
-	return time.Duration(rand.Int64N(int64(spread) + 1))
+	return fullJitter(r.o.ThrottleWindow * time.Duration(max(1, queued/parkedWakers)))
 }
 
 // wakeEndpoint makes the endpoint's delivery jobs that sleep (held by its
@@ -514,6 +520,10 @@ func (o Options) jobTimeout() time.Duration { return o.Timeout + 30*time.Second 
 // probe: past it, a probe or slot whose replica died is given up, and no
 // request sent under it can still be in flight.
 const leaseMargin = 5 * time.Second
+
+// holdFor is how long a slot lease of an endpoint, and its probe, last:
+// longer than any job may run.
+func (o Options) holdFor() time.Duration { return o.jobTimeout() + leaseMargin }
 
 // slotWait is how long an attempt waits for a slot of its endpoint before
 // it is put back in the queue.
@@ -570,7 +580,7 @@ func (r *Runner) deliver(ctx context.Context, job *river.Job[deliveryArgs]) erro
 	defer release()
 	probe := a.Park.Parked
 	if probe {
-		claimed, err := r.store.ClaimWebhookProbe(ctx, endpointID, r.o.jobTimeout()+leaseMargin)
+		claimed, err := r.store.ClaimWebhookProbe(ctx, endpointID, r.o.holdFor())
 		if err != nil {
 			return r.notSent(ctx, err)
 		}
@@ -753,8 +763,7 @@ func (r *Runner) record(ctx context.Context, a store.DeliveryAttempt, out *store
 				h.Queued = -1
 				break
 			}
-			tx, _ := store.TxFromContext(ctx)
-			if _, err := r.river.InsertManyFastTx(ctx, tx, []river.InsertManyParams{r.deliveryJob(endpointID, next)}); err != nil {
+			if err := r.enqueue(ctx, []river.InsertManyParams{r.deliveryJob(endpointID, next)}); err != nil {
 				return fmt.Errorf("enqueue delivery of event %q to endpoint %q: %w", next, endpointID, err)
 			}
 		}

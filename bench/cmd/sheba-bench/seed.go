@@ -29,6 +29,13 @@ func accountID(n int) string {
 	return fmt.Sprintf("%s%012d", accountIDPrefix, n)
 }
 
+// insertAccounts inserts $3 accounts bench-1 … bench-$3, their ids
+// accountID(1) … , with the password hash $2 (the id prefix $1).
+const insertAccounts = `
+	INSERT INTO accounts (id, username, password_hash)
+	SELECT ($1 || lpad(g::text, 12, '0'))::uuid, 'bench-' || g, $2
+	FROM generate_series(1, $3::int) AS g`
+
 // seed inserts n accounts with an active "pro" subscription each, and the
 // login account, straight in SQL: generate_series is thousands of times
 // faster than n CreateAccount calls, each of which would hash a password.
@@ -42,9 +49,7 @@ func seed(ctx context.Context, url string, n int) error {
 		sql  string
 		args []any
 	}{
-		{`INSERT INTO accounts (id, username, password_hash)
-		  SELECT ($1 || lpad(g::text, 12, '0'))::uuid, 'bench-' || g, $2
-		  FROM generate_series(1, $3::int) AS g`, []any{accountIDPrefix, benchPasswordHash, n}},
+		{insertAccounts, []any{accountIDPrefix, benchPasswordHash, n}},
 		{`INSERT INTO subscriptions (account_id, plan, status)
 		  SELECT id, 'pro', 'active' FROM accounts WHERE username LIKE 'bench-%'`, nil},
 		{`INSERT INTO accounts (username, password_hash) VALUES ($1, $2)`, []any{loginUsername, benchPasswordHash}},

@@ -106,7 +106,7 @@ func (e *webhookEnv) seedBacklog(ctx context.Context, failing []*benchReceiver) 
 			err = fmt.Errorf("after %v: %d deliveries of %d, %d endpoints not parked", limit, deliveries, events*backlogEndpoints, unparked)
 			break
 		}
-		time.Sleep(200 * time.Millisecond)
+		err = sleep(ctx, 200*time.Millisecond)
 	}
 	if err := stopRunner(stop, err); err != nil {
 		return 0, err

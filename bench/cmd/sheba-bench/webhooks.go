@@ -115,10 +115,8 @@ func renderWebhookTable(rows []webhookReport) string {
 	var b strings.Builder
 	b.WriteString("\n| webhook scenario | figures (goal) | goals met | took |\n|---|---|--:|--:|\n")
 	for _, r := range rows {
-		var parts []string
 		met, goals := 0, 0
 		for _, f := range r.Figures {
-			parts = append(parts, f.String())
 			if f.Met != nil {
 				goals++
 				if *f.Met {
@@ -126,7 +124,7 @@ func renderWebhookTable(rows []webhookReport) string {
 				}
 			}
 		}
-		fmt.Fprintf(&b, "| %s: %s | %s | %d of %d | %v |\n", r.Name, r.About, strings.Join(parts, "; "), met, goals,
+		fmt.Fprintf(&b, "| %s: %s | %s | %d of %d | %v |\n", r.Name, r.About, strings.Join(figureStrings(r.Figures), "; "), met, goals,
 			(time.Duration(r.Seconds * float64(time.Second))).Round(time.Second))
 	}
 	return b.String()
@@ -216,10 +214,7 @@ func (e *webhookEnv) prepare(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	_, err = conn.Exec(ctx, `
-		INSERT INTO accounts (id, username, password_hash)
-		SELECT ($1 || lpad(g::text, 12, '0'))::uuid, 'bench-' || g, $2
-		FROM generate_series(1, $3::int) AS g`, accountIDPrefix, benchPasswordHash, e.writeAccounts())
+	_, err = conn.Exec(ctx, insertAccounts, accountIDPrefix, benchPasswordHash, e.writeAccounts())
 	return err
 }
 
@@ -657,8 +652,8 @@ func riverNoop(ctx context.Context, d *webhookDB, n, perTx int) (time.Duration, 
 	if _, err := client.Insert(ctx, noopArgs{}, &river.InsertOpts{Queue: "bench"}); err != nil {
 		return 0, err
 	}
-	for done.Load() < 1 {
-		time.Sleep(5 * time.Millisecond)
+	if err := waitWorked(ctx, &done, 1); err != nil {
+		return 0, fmt.Errorf("warm-up: %w", err)
 	}
 	done.Store(0)
 	start := time.Now()
@@ -671,13 +666,23 @@ func riverNoop(ctx context.Context, d *webhookDB, n, perTx int) (time.Duration, 
 	if err != nil {
 		return 0, err
 	}
-	limit := deliveryLimit(n)
-	deadline := time.Now().Add(limit)
-	for done.Load() < int64(n/perTx*perTx) {
-		if time.Now().After(deadline) {
-			return 0, fmt.Errorf("River worked %d of %d jobs in %v", done.Load(), n, limit)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if err := waitWorked(ctx, &done, n/perTx*perTx); err != nil {
+		return 0, err
 	}
 	return time.Since(start), nil
+}
+
+// waitWorked waits until done counts n jobs, for deliveryLimit(n) at most.
+func waitWorked(ctx context.Context, done *atomic.Int64, n int) error {
+	limit := deliveryLimit(n)
+	deadline := time.Now().Add(limit)
+	for done.Load() < int64(n) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("River worked %d of %d jobs in %v", done.Load(), n, limit)
+		}
+		if err := sleep(ctx, 5*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	return nil
 }

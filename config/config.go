@@ -21,6 +21,7 @@ type Config struct {
 	Paging      Paging      `yaml:"paging"`
 	Webhooks    Webhooks    `yaml:"webhooks"`
 	Redis       Redis       `yaml:"redis"`
+	Hook        Hook        `yaml:"hook"`
 }
 
 // HTTP configures the REST gateway and operator endpoints.
@@ -119,6 +120,48 @@ type Redis struct {
 	// is down, makes the replica fall back to its own buckets and counts.
 	Timeout time.Duration `yaml:"timeout"`
 }
+
+// Hook configures the external request hook (docs/hook.md): a service of
+// the operator's asked about every business call before its handler.
+type Hook struct {
+	// URL is where the hook is: empty for none; http://, https:// or
+	// h2c:// (HTTP/2 without TLS) host:port/path, or unix:///path for the
+	// http protocol; grpc://host:port or unix:///path for ext_authz.
+	URL string `yaml:"url"`
+	// Protocol is http (sheba's JSON protocol) or ext_authz (Envoy's
+	// Authorization/Check over gRPC).
+	Protocol string `yaml:"protocol"`
+	// Methods are the full gRPC method names the hook sees; empty: every
+	// business method.
+	Methods []string `yaml:"methods"`
+	// Timeout bounds each hook call, within what is left of the call's
+	// deadline.
+	Timeout time.Duration `yaml:"timeout"`
+	// FailureMode is what a failed hook call does: closed answers 503
+	// HOOK_UNAVAILABLE, open lets the call go on.
+	FailureMode string `yaml:"failure_mode"`
+	// SendBody includes the request message in what the http protocol
+	// sends.
+	SendBody bool `yaml:"send_body"`
+	// Headers are the request headers (lowercase names) the hook is told
+	// of; the API key's headers never are.
+	Headers []string `yaml:"headers"`
+	// CacheEntries bounds the decisions kept that the hook marked
+	// cacheable; 0 keeps none.
+	CacheEntries int `yaml:"cache_entries"`
+}
+
+// The hook.failure_mode values.
+const (
+	HookFailClosed = "closed"
+	HookFailOpen   = "open"
+)
+
+// The hook.protocol values.
+const (
+	HookHTTP     = "http"
+	HookExtAuthz = "ext_authz"
+)
 
 // Auth configures API-key authentication.
 type Auth struct {
@@ -259,6 +302,13 @@ func Default() Config {
 			DatabaseMaxConns:       8,
 		},
 		Redis: Redis{Timeout: 5 * time.Millisecond},
+		Hook: Hook{
+			Protocol:     HookHTTP,
+			Timeout:      100 * time.Millisecond,
+			FailureMode:  HookFailClosed,
+			SendBody:     true,
+			CacheEntries: 10000,
+		},
 	}
 }
 

@@ -111,7 +111,10 @@ func TestSampleFiles(t *testing.T) {
 		{
 			// example.yaml documents the defaults, so it must equal them.
 			path: "example.yaml",
-			want: func(c *Config) { c.Auth.Keys = []APIKey{} },
+			want: func(c *Config) {
+				c.Auth.Keys = []APIKey{}
+				c.Hook.Methods, c.Hook.Headers = []string{}, []string{}
+			},
 		},
 	} {
 		t.Run(test.path, func(t *testing.T) {

@@ -78,6 +78,14 @@ func TestEnvNames(t *testing.T) {
 		"SHEBA_WEBHOOKS_DATABASE_MAX_CONNS",
 		"SHEBA_REDIS_URL",
 		"SHEBA_REDIS_TIMEOUT",
+		"SHEBA_HOOK_URL",
+		"SHEBA_HOOK_PROTOCOL",
+		"SHEBA_HOOK_METHODS",
+		"SHEBA_HOOK_TIMEOUT",
+		"SHEBA_HOOK_FAILURE_MODE",
+		"SHEBA_HOOK_SEND_BODY",
+		"SHEBA_HOOK_HEADERS",
+		"SHEBA_HOOK_CACHE_ENTRIES",
 	}
 	var got []string
 	_, _ = Load("", func(name string) (string, bool) {
@@ -133,6 +141,7 @@ log: { level: debug, format: text }
 idempotency: { ttl: 1h }
 webhooks: { timeout: 3s, max_attempts: 5, backoff: { base: 100ms, max: 1m }, per_endpoint_concurrency: 2, allow_private_networks: true, max_endpoints: 7, secret_overlap: 0s, database_max_conns: 5 }
 redis: { url: "redis://cache:6379/2", timeout: 8ms }
+hook: { url: "unix:///run/hook.sock", protocol: http, methods: ["/sheba.v1.AccountService/Login"], timeout: 50ms, failure_mode: open, send_body: false, headers: ["user-agent"], cache_entries: 5 }
 `,
 			want: func(c *Config) {
 				*c = Config{
@@ -165,6 +174,11 @@ redis: { url: "redis://cache:6379/2", timeout: 8ms }
 						DatabaseMaxConns: 5,
 					},
 					Redis: Redis{URL: "redis://cache:6379/2", Timeout: 8 * time.Millisecond},
+					Hook: Hook{
+						URL: "unix:///run/hook.sock", Protocol: HookHTTP, Methods: []string{"/sheba.v1.AccountService/Login"},
+						Timeout: 50 * time.Millisecond, FailureMode: HookFailOpen, SendBody: false,
+						Headers: []string{"user-agent"}, CacheEntries: 5,
+					},
 				}
 			},
 		},
@@ -367,7 +381,7 @@ func TestLoadErrors(t *testing.T) {
 			name:    "unknown section",
 			file:    "htttp: { addr: \":80\" }\n",
 			wantKey: "htttp",
-			wantMsg: "htttp: unknown key (want one of http, grpc, database, limits, auth, compression, shutdown, log, idempotency, paging, webhooks, redis)",
+			wantMsg: "htttp: unknown key (want one of http, grpc, database, limits, auth, compression, shutdown, log, idempotency, paging, webhooks, redis, hook)",
 		},
 		{
 			name:    "unknown key",

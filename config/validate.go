@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -125,6 +126,20 @@ func (c Config) check() *Error {
 		func() *Error { return atLeast("webhooks.database_max_conns", c.Webhooks.DatabaseMaxConns, 4) },
 		func() *Error { return checkRedisURL(c.Redis.URL) },
 		func() *Error { return checkRedisTimeout(c.Redis.Timeout) },
+		func() *Error { return oneOf("hook.protocol", c.Hook.Protocol, HookHTTP, HookExtAuthz) },
+		func() *Error { return checkHookURL(c.Hook.URL, c.Hook.Protocol) },
+		func() *Error {
+			for i, m := range c.Hook.Methods {
+				if !validMethod(m) {
+					return bad(fmt.Sprintf("hook.methods[%d]", i), "must be a full gRPC method name such as \"/sheba.v1.SubscriptionService/CreateSubscription\", got %q", m)
+				}
+			}
+			return nil
+		},
+		func() *Error { return positive("hook.timeout", c.Hook.Timeout) },
+		func() *Error { return oneOf("hook.failure_mode", c.Hook.FailureMode, HookFailClosed, HookFailOpen) },
+		func() *Error { return checkHookHeaders(c.Hook.Headers) },
+		func() *Error { return atLeast("hook.cache_entries", c.Hook.CacheEntries, 0) },
 	}
 	for _, check := range checks {
 		if e := check(); e != nil {
@@ -406,4 +421,61 @@ func (c Config) Warnings() []string {
 		w = append(w, "paging.secret is not set: page tokens and the passwords in idempotency fingerprints are keyed with a random key of this process, so on other replicas and after a restart tokens fail and sign-up retries with an Idempotency-Key answer 422 (docs/configuration.md#paging)")
 	}
 	return w
+}
+
+// checkHookURL checks hook.url against the schemes of its protocol.
+func checkHookURL(raw, protocol string) *Error {
+	if raw == "" {
+		return nil
+	}
+	schemes := []string{"http", "https", "h2c", "unix"}
+	if protocol == HookExtAuthz {
+		schemes = []string{"grpc", "unix"}
+	}
+	u, err := url.Parse(raw)
+	if err != nil || !slices.Contains(schemes, u.Scheme) {
+		return bad("hook.url", "must be a URL of scheme %s for protocol %s, got %q", strings.Join(schemes, ", "), protocol, raw)
+	}
+	if u.Scheme == "unix" {
+		if u.Host != "" || !strings.HasPrefix(u.Path, "/") || len(u.Path) < 2 {
+			return bad("hook.url", "must name a socket by its absolute path, as unix:///run/hook.sock; got %q", raw)
+		}
+		return nil
+	}
+	if u.Host == "" || u.Port() == "" && u.Scheme != "http" && u.Scheme != "https" {
+		return bad("hook.url", "must name a host and port, as %s://127.0.0.1:9000; got %q", u.Scheme, raw)
+	}
+	return nil
+}
+
+// checkHookHeaders checks hook.headers: lowercase header names, never the
+// API key's.
+func checkHookHeaders(names []string) *Error {
+	for i, n := range names {
+		key := fmt.Sprintf("hook.headers[%d]", i)
+		switch {
+		case n == "x-api-key" || n == "authorization":
+			return bad(key, "%q carries the API key, which the hook never sees", n)
+		case !validHeaderName(n):
+			return bad(key, "must be a header name in lowercase, such as \"user-agent\", got %q", n)
+		}
+	}
+	return nil
+}
+
+// validHeaderName reports whether n is an HTTP field name (a token) in
+// lowercase.
+func validHeaderName(n string) bool {
+	if n == "" {
+		return false
+	}
+	for i := range len(n) {
+		b := n[i]
+		switch {
+		case 'a' <= b && b <= 'z', '0' <= b && b <= '9', strings.IndexByte("!#$%&'*+-.^_`|~", b) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
 }

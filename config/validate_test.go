@@ -37,6 +37,15 @@ func TestValidate(t *testing.T) {
 		{name: "redis", change: func(c *Config) {
 			c.Redis.URL, c.Redis.Timeout = "redis://:secret@127.0.0.1:6379/1", 10*time.Millisecond
 		}},
+		{name: "http hook", change: func(c *Config) {
+			c.Hook = Hook{URL: "http://127.0.0.1:9000/check", Protocol: HookHTTP, Timeout: time.Second, FailureMode: HookFailOpen,
+				Methods: []string{"/sheba.v1.SubscriptionService/CreateSubscription"}, Headers: []string{"user-agent", "x-tenant"}}
+		}},
+		{name: "http hook on a unix socket", change: func(c *Config) { c.Hook.URL = "unix:///run/hook.sock" }},
+		{name: "http hook over h2c", change: func(c *Config) { c.Hook.URL = "h2c://hook:9000/" }},
+		{name: "https hook without a port", change: func(c *Config) { c.Hook.URL = "https://hook.example/check" }},
+		{name: "ext_authz hook", change: func(c *Config) { c.Hook.URL, c.Hook.Protocol = "grpc://127.0.0.1:9001", HookExtAuthz }},
+		{name: "hook cache off", change: func(c *Config) { c.Hook.CacheEntries = 0 }},
 		{name: "drain delay inside timeout", change: func(c *Config) { c.Shutdown.DrainDelay, c.Shutdown.Timeout = 5*time.Second, 6*time.Second }},
 
 		// One failing case per rule, in the order Validate checks them.
@@ -435,6 +444,73 @@ func TestValidate(t *testing.T) {
 			change:  func(c *Config) { c.Redis.Timeout = 0 },
 			wantKey: "redis.timeout",
 			wantMsg: "redis.timeout: must be greater than 0 and at most 1s",
+		},
+
+		{
+			name:    "hook.protocol",
+			change:  func(c *Config) { c.Hook.Protocol = "grpc" },
+			wantKey: "hook.protocol",
+			wantMsg: `hook.protocol: must be one of http, ext_authz; got "grpc"`,
+		},
+		{
+			name:    "hook.url of another protocol",
+			change:  func(c *Config) { c.Hook.URL = "grpc://127.0.0.1:9001" },
+			wantKey: "hook.url",
+			wantMsg: `hook.url: must be a URL of scheme http, https, h2c, unix for protocol http, got "grpc://127.0.0.1:9001"`,
+		},
+		{
+			name:    "hook.url of http for ext_authz",
+			change:  func(c *Config) { c.Hook.URL, c.Hook.Protocol = "http://127.0.0.1:9001", HookExtAuthz },
+			wantKey: "hook.url",
+			wantMsg: "hook.url: must be a URL of scheme grpc, unix for protocol ext_authz",
+		},
+		{
+			name:    "hook.url of a relative socket",
+			change:  func(c *Config) { c.Hook.URL = "unix://hook.sock" },
+			wantKey: "hook.url",
+			wantMsg: "hook.url: must name a socket by its absolute path",
+		},
+		{
+			name:    "hook.url without a port",
+			change:  func(c *Config) { c.Hook.URL, c.Hook.Protocol = "grpc://authz", HookExtAuthz },
+			wantKey: "hook.url",
+			wantMsg: "hook.url: must name a host and port",
+		},
+		{
+			name:    "hook.methods",
+			change:  func(c *Config) { c.Hook.Methods = []string{"CreateSubscription"} },
+			wantKey: "hook.methods[0]",
+			wantMsg: `hook.methods[0]: must be a full gRPC method name`,
+		},
+		{
+			name:    "hook.timeout",
+			change:  func(c *Config) { c.Hook.Timeout = 0 },
+			wantKey: "hook.timeout",
+			wantMsg: "hook.timeout: must be greater than 0",
+		},
+		{
+			name:    "hook.failure_mode",
+			change:  func(c *Config) { c.Hook.FailureMode = "fail" },
+			wantKey: "hook.failure_mode",
+			wantMsg: `hook.failure_mode: must be one of closed, open; got "fail"`,
+		},
+		{
+			name:    "hook.headers with the key",
+			change:  func(c *Config) { c.Hook.Headers = []string{"user-agent", "x-api-key"} },
+			wantKey: "hook.headers[1]",
+			wantMsg: `hook.headers[1]: "x-api-key" carries the API key, which the hook never sees`,
+		},
+		{
+			name:    "hook.headers in capitals",
+			change:  func(c *Config) { c.Hook.Headers = []string{"User-Agent"} },
+			wantKey: "hook.headers[0]",
+			wantMsg: `hook.headers[0]: must be a header name in lowercase`,
+		},
+		{
+			name:    "hook.cache_entries",
+			change:  func(c *Config) { c.Hook.CacheEntries = -1 },
+			wantKey: "hook.cache_entries",
+			wantMsg: "hook.cache_entries: must be at least 0, got -1",
 		},
 
 		// Several problems: the first in YAML order wins.

@@ -2,6 +2,7 @@ package callinfo
 
 import (
 	"context"
+	"net/http"
 	"time"
 )
 
@@ -14,6 +15,39 @@ type Info struct {
 	// RetryAfter is when a call rejected for load may try again, as the
 	// rejecting step said with retryafter.Set; 0 when none did.
 	RetryAfter time.Duration
+	// Hook is what the external hook decided of the call (continue,
+	// break, error, cached, skipped), "" when it was not asked; HookError
+	// says why a hook call failed. The request log line shows both.
+	Hook, HookError string
+}
+
+// HTTP is what the REST gateway tells the chain of the HTTP request behind
+// a call, and what the chain asks of its answer. Only the gateway makes
+// one; the chain reads it with HTTPFromContext, and its absence tells a
+// call that came over gRPC.
+type HTTP struct {
+	// Method, Target and Host are the request's method, target (path and
+	// query, as sent) and Host header.
+	Method, Target, Host string
+	// Header is the request's header: read it, never change it.
+	Header http.Header
+	// ResponseHeader holds headers the chain adds to the answer, whatever
+	// its outcome; nil until a step adds one. Steps of the chain run one
+	// at a time, on the request's goroutine.
+	ResponseHeader http.Header
+}
+
+type httpKey struct{}
+
+// WithHTTP returns ctx carrying h.
+func WithHTTP(ctx context.Context, h *HTTP) context.Context {
+	return context.WithValue(ctx, httpKey{}, h)
+}
+
+// HTTPFromContext returns the HTTP of the REST call in ctx, or nil.
+func HTTPFromContext(ctx context.Context) *HTTP {
+	h, _ := ctx.Value(httpKey{}).(*HTTP)
+	return h
 }
 
 type key struct{}

@@ -59,7 +59,15 @@ const (
 	UnsupportedContentEncoding = "UNSUPPORTED_CONTENT_ENCODING" // INVALID_ARGUMENT (415): a Content-Encoding other than gzip or zstd
 	BodyTooLarge               = "BODY_TOO_LARGE"               // RESOURCE_EXHAUSTED (413): a body over http.max_body_bytes
 	MalformedBody              = "MALFORMED_BODY"               // INVALID_ARGUMENT (400): a body that cannot be decompressed or decoded
+
+	// The external request hook (interceptors/hook).
+	HookDenied      = "HOOK_DENIED"      // the code of the hook's status (403 PERMISSION_DENIED, …; REST: that status): the hook broke the call; metadata "reason" holds the hook's reason
+	HookUnavailable = "HOOK_UNAVAILABLE" // UNAVAILABLE: a hook call failed under failure_mode closed; with RetryInfo
 )
+
+// HookReasonKey is the key of the ErrorInfo metadata of a HOOK_DENIED error
+// that holds the reason the hook gave.
+const HookReasonKey = "reason"
 
 // The reasons of codes no step names more precisely.
 var byCode = [...]string{
@@ -110,8 +118,26 @@ func Status(c codes.Code, reason, msg string, details ...proto.Message) *status.
 
 // Error returns Status(c, reason, msg) as a *StatusError.
 func Error(c codes.Code, reason, msg string, details ...proto.Message) error {
-	st := Status(c, reason, msg, details...)
-	e := &StatusError{st: st, reason: reason, complete: !Retryable(c)}
+	return newError(Status(c, reason, msg, details...), reason, 0, details)
+}
+
+// ErrorFor is Error with metadata in the ErrorInfo, answered on REST with
+// httpStatus rather than the status of c (0: c's): an answer relayed from
+// another service, whose status sheba keeps (HOOK_DENIED).
+func ErrorFor(c codes.Code, reason, msg string, metadata map[string]string, httpStatus int) error {
+	p := &spb.Status{Code: int32(c), Message: ValidUTF8(msg)}
+	info := &errdetails.ErrorInfo{Reason: reason, Domain: Domain, Metadata: metadata}
+	if a, err := anypb.New(info); err == nil {
+		p.Details = []*anypb.Any{a}
+	} else {
+		// Metadata that cannot be marshaled (invalid UTF-8) is left out.
+		p.Details = []*anypb.Any{mustAny(&errdetails.ErrorInfo{Reason: reason, Domain: Domain})}
+	}
+	return newError(status.FromProto(p), reason, httpStatus, nil)
+}
+
+func newError(st *status.Status, reason string, httpStatus int, details []proto.Message) *StatusError {
+	e := &StatusError{st: st, reason: reason, httpStatus: httpStatus, complete: !Retryable(st.Code())}
 	for _, d := range details {
 		if ri, ok := d.(*errdetails.RetryInfo); ok {
 			e.delay = ri.GetRetryDelay().AsDuration()
@@ -129,6 +155,8 @@ type StatusError struct {
 	st     *status.Status
 	reason string
 	delay  time.Duration
+	// httpStatus is the REST status, when it is not the code's (0).
+	httpStatus int
 	// complete: Complete would change nothing (every status of a
 	// non-retryable code made by Status, and every completed one).
 	complete bool
@@ -141,6 +169,10 @@ func (e *StatusError) GRPCStatus() *status.Status { return e.st }
 
 // Reason returns the reason of the status's ErrorInfo ("" if it has none).
 func (e *StatusError) Reason() string { return e.reason }
+
+// HTTPStatus returns the REST status of the error when it is not the one
+// of its code, else 0.
+func (e *StatusError) HTTPStatus() int { return e.httpStatus }
 
 // Is reports whether target is an error of the same status.
 func (e *StatusError) Is(target error) bool {
@@ -160,12 +192,13 @@ func CompleteError(err error, def string, retry time.Duration) *StatusError {
 	}
 	st, delay := Complete(status.Convert(err), def, retry)
 	var r string
+	httpStatus := 0
 	if se != nil {
-		r = se.reason
+		r, httpStatus = se.reason, se.httpStatus
 	} else {
 		r = Of(st)
 	}
-	return &StatusError{st: st, reason: r, delay: delay, complete: true}
+	return &StatusError{st: st, reason: r, delay: delay, httpStatus: httpStatus, complete: true}
 }
 
 // Delay returns the retry delay of the status's RetryInfo (0 if none).

@@ -68,6 +68,12 @@ func UnaryServerInterceptor(log *slog.Logger, opts ...Option) grpc.UnaryServerIn
 			slog.String("api_key_id", ci.CallerID),
 			slog.String("peer", peer),
 		}
+		if ci.Hook != "" {
+			attrs = append(attrs, slog.String("hook", ci.Hook))
+		}
+		if ci.HookError != "" {
+			attrs = append(attrs, slog.String("hook_error", ci.HookError))
+		}
 		if sc.IsValid() {
 			attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
 		}

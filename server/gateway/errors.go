@@ -68,6 +68,11 @@ func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshale
 	if s := reason.HTTPStatus(se.Reason()); s != 0 && byCode {
 		httpStatus = s
 	}
+	// An answer relayed from the hook keeps the hook's status.
+	if s := se.HTTPStatus(); s != 0 && byCode {
+		httpStatus = s
+	}
+	writeChainHeaders(ctx, w)
 	if delay := se.Delay(); delay > 0 && !hasRetryAfter(ctx) {
 		w.Header().Set(retryAfterHeader, strconv.FormatInt(retryafter.Seconds(delay), 10))
 	}

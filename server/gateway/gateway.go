@@ -43,6 +43,11 @@ type Options struct {
 	// CompressMinBytes is the smallest answer that is compressed for a
 	// client that accepts gzip or zstd.
 	CompressMinBytes int
+	// ShareRequest puts each request's method, target, host and headers
+	// where the chain reads them (callinfo.HTTP), and answers with the
+	// headers the chain adds there: what the external hook needs of a REST
+	// call. Off, no request pays for it.
+	ShareRequest bool
 	// TracerProvider, if not nil, gets an HTTP server span per request,
 	// named by its route; nil leaves tracing out.
 	TracerProvider trace.TracerProvider
@@ -115,6 +120,7 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, o Options) (http.Ha
 		runtime.WithIncomingHeaderMatcher(incomingHeader),
 		runtime.WithOutgoingHeaderMatcher(outgoingHeader),
 		runtime.WithErrorHandler(errorHandler),
+		runtime.WithForwardResponseOption(addChainHeaders),
 		runtime.WithRoutingErrorHandler(routes.routingError),
 		// A form-encoded POST is not a GET in disguise: it is answered 415.
 		runtime.WithDisablePathLengthFallback(),
@@ -154,6 +160,9 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, o Options) (http.Ha
 	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// The answer is JSON or CBOR by Accept: caches must key on it.
 		w.Header().Add("Vary", "Accept")
+		if o.ShareRequest {
+			r = shareRequest(r)
+		}
 		negotiateAccept(r.Header)
 		r = keyBeforeBody(o.Authenticator, routes, r)
 		if unsupportedType(gw, w, r) || badIdempotencyKey(gw, w, r) {

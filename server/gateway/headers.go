@@ -1,12 +1,15 @@
 package gateway
 
 import (
+	"context"
 	"net/http"
 	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/shebasvc/sheba/interceptors/apikey"
+	"github.com/shebasvc/sheba/interceptors/callinfo"
 	"github.com/shebasvc/sheba/interceptors/idempotency"
 	"github.com/shebasvc/sheba/interceptors/ratelimit"
 	"github.com/shebasvc/sheba/interceptors/requestlog"
@@ -53,4 +56,31 @@ func outgoingHeader(key string) (string, bool) {
 		return h, true
 	}
 	return runtime.MetadataHeaderPrefix + key, true
+}
+
+// shareRequest returns r carrying its callinfo.HTTP (Options.ShareRequest).
+func shareRequest(r *http.Request) *http.Request {
+	h := &callinfo.HTTP{Method: r.Method, Target: r.URL.RequestURI(), Host: r.Host, Header: r.Header}
+	return r.WithContext(callinfo.WithHTTP(r.Context(), h))
+}
+
+// addChainHeaders is the forward-response option that writes, on a
+// successful answer, the headers the chain added to its callinfo.HTTP.
+func addChainHeaders(ctx context.Context, w http.ResponseWriter, _ proto.Message) error {
+	writeChainHeaders(ctx, w)
+	return nil
+}
+
+// writeChainHeaders adds to the answer the headers the chain added to the
+// call's callinfo.HTTP, if any.
+func writeChainHeaders(ctx context.Context, w http.ResponseWriter) {
+	h := callinfo.HTTPFromContext(ctx)
+	if h == nil {
+		return
+	}
+	for k, vs := range h.ResponseHeader {
+		for _, v := range vs {
+			w.Header().Add(k, v)
+		}
+	}
 }

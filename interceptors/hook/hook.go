@@ -1,0 +1,408 @@
+package hook
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/sony/gobreaker/v2"
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/shebasvc/sheba/interceptors/callinfo"
+	"github.com/shebasvc/sheba/interceptors/reason"
+)
+
+// errUnavailable answers a call whose hook failed, under failure mode
+// closed; the errordetails interceptor adds its retry hint.
+var errUnavailable = reason.Error(codes.Unavailable, reason.HookUnavailable, "external hook unavailable")
+
+// defaultDenial is the message of a break that gives none.
+const defaultDenial = "denied by policy"
+
+// maxCachedHeaderBytes bounds the response headers of a decision the cache
+// keeps, so that the cache's memory is bounded by its entries.
+const maxCachedHeaderBytes = 8 << 10
+
+// UnaryServerInterceptor asks client about every call of the methods it
+// is given (WithMethods; default all) and does what it answers: go on
+// (with the request it gives, if it gives one), or answer the call itself.
+// Every error the client returns is a failure of the hook, answered by the
+// failure mode (WithFailOpen). The answers' headers are added to REST
+// answers through callinfo.HTTP, which the gateway must share, and to gRPC
+// answers as header metadata.
+func UnaryServerInterceptor(client Client, opts ...Option) grpc.UnaryServerInterceptor {
+	h := &interceptor{client: client, o: defaultOptions}
+	for _, opt := range opts {
+		opt(&h.o)
+	}
+	h.breaker = gobreaker.NewCircuitBreaker[Decision](gobreaker.Settings{
+		Name:        "hook",
+		MaxRequests: 1,
+		Timeout:     h.o.breakFor,
+		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= h.o.breakAfter },
+		IsExcluded:  func(err error) bool { return errors.As(err, new(callerGone)) },
+		OnStateChange: func(_ string, from, to gobreaker.State) {
+			if h.o.log != nil {
+				h.o.log.Warn("external hook circuit breaker changed state", "from", from.String(), "to", to.String())
+			}
+		},
+	})
+	if h.o.cacheEntries > 0 {
+		// lru.New fails only for a size below 1.
+		h.cache, _ = lru.New[cacheKey, cachedDecision](h.o.cacheEntries)
+	}
+	return h.intercept
+}
+
+type interceptor struct {
+	client  Client
+	o       options
+	breaker *gobreaker.CircuitBreaker[Decision]
+	cache   *lru.Cache[cacheKey, cachedDecision] // nil: no cache
+}
+
+// cacheKey is the SHA-256 of what a cached decision is reused for: the
+// caller, the method, the allowlisted headers and the body the hook saw.
+// A digest rather than those bytes, so an entry's size does not depend on
+// the request's.
+type cacheKey [sha256.Size]byte
+
+type cachedDecision struct {
+	d     Decision
+	until time.Time
+}
+
+// callerGone is a hook call cut short by the call's own deadline or its
+// client going away: no failure of the hook, so the breaker ignores it.
+type callerGone struct{ err error }
+
+func (e callerGone) Error() string { return e.err.Error() }
+func (e callerGone) Unwrap() error { return e.err }
+
+func (h *interceptor) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if h.o.methods != nil && !h.o.methods[info.FullMethod] {
+		return handler(ctx, req)
+	}
+	msg, _ := req.(proto.Message)
+	ci := callinfo.FromContext(ctx)
+	web := callinfo.HTTPFromContext(ctx)
+	call := h.call(ctx, info.FullMethod, msg, ci, web)
+
+	var key cacheKey
+	if h.cache != nil {
+		key = h.key(call, msg)
+		if e, ok := h.cache.Get(key); ok {
+			if h.o.now().Before(e.until) {
+				h.outcome(ci, ResultCached, "")
+				return h.decided(ctx, req, handler, e.d, web)
+			}
+			h.cache.Remove(key)
+		}
+	}
+
+	d, replacement, err := h.ask(ctx, call, msg)
+	if gone, ok := errors.AsType[callerGone](err); ok {
+		h.outcome(ci, ResultError, gone.Error())
+		if errors.Is(ctx.Err(), context.Canceled) {
+			return nil, reason.OutcomeCanceled.Err()
+		}
+		return nil, reason.OutcomeDeadline.Err()
+	}
+	if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
+		h.outcome(ci, ResultSkipped, "")
+		return h.failed(ctx, req, handler)
+	}
+	if err != nil {
+		h.outcome(ci, ResultError, err.Error())
+		return h.failed(ctx, req, handler)
+	}
+	if replacement != nil {
+		req = replacement
+	}
+	if h.cache != nil && d.CacheFor > 0 && d.Body == nil && headerBytes(d.ResponseHeaders) <= maxCachedHeaderBytes {
+		h.cache.Add(key, cachedDecision{d: d, until: h.o.now().Add(d.CacheFor)})
+	}
+	if d.Break != 0 {
+		h.outcome(ci, ResultBreak, "")
+	} else {
+		h.outcome(ci, ResultContinue, "")
+	}
+	return h.decided(ctx, req, handler, d, web)
+}
+
+// call describes the call for the hook.
+func (h *interceptor) call(ctx context.Context, method string, msg proto.Message, ci *callinfo.Info, web *callinfo.HTTP) *Call {
+	c := &Call{Method: method}
+	if ci != nil {
+		c.ID, c.CallerID = ci.RequestID, ci.CallerID
+	}
+	if web != nil {
+		c.Transport, c.HTTPMethod, c.Path, c.Authority = TransportREST, web.Method, web.Target, web.Host
+		for _, name := range h.o.headers {
+			if vs := web.Header.Values(name); len(vs) > 0 {
+				c.addHeader(name, vs)
+			}
+		}
+	} else {
+		c.Transport, c.HTTPMethod, c.Path = TransportGRPC, http.MethodPost, method
+		md, _ := metadata.FromIncomingContext(ctx)
+		if a := md[":authority"]; len(a) > 0 {
+			c.Authority = a[0]
+		}
+		for _, name := range h.o.headers {
+			if vs := md[name]; len(vs) > 0 {
+				c.addHeader(name, vs)
+			}
+		}
+	}
+	if h.o.sendBody {
+		c.Body = msg
+	}
+	return c
+}
+
+func (c *Call) addHeader(name string, values []string) {
+	if c.Headers == nil {
+		c.Headers = make(map[string][]string, 2)
+	}
+	c.Headers[name] = values
+}
+
+// keyBuffers hold the bytes a cache key is the digest of.
+var keyBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
+// key returns the cache key of call.
+func (h *interceptor) key(call *Call, msg proto.Message) cacheKey {
+	bp := keyBuffers.Get().(*[]byte)
+	b := (*bp)[:0]
+	// Each part with its length first, so no two keys' parts run together.
+	part := func(s string) {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	part(call.CallerID)
+	part(call.Method)
+	for _, name := range h.o.headers {
+		vs := call.Headers[name]
+		b = binary.AppendUvarint(b, uint64(len(vs)))
+		for _, v := range vs {
+			part(v)
+		}
+	}
+	if call.Body != nil && msg != nil {
+		var err error
+		b, err = proto.MarshalOptions{Deterministic: true}.MarshalAppend(b, msg)
+		if err != nil {
+			// A message that does not marshal cannot be sent either;
+			// keep it out of the cache by a key no other call has.
+			b = append(b, call.ID...)
+		}
+	}
+	k := cacheKey(sha256.Sum256(b))
+	*bp = b
+	keyBuffers.Put(bp)
+	return k
+}
+
+// ask calls the hook through the breaker, under the hook's timeout, and
+// returns its decision and the request it puts in place of msg, if any.
+// An answer whose replacement is not a valid request is a failure.
+func (h *interceptor) ask(ctx context.Context, call *Call, msg proto.Message) (Decision, proto.Message, error) {
+	hctx, cancel := context.WithTimeout(ctx, h.o.timeout)
+	defer cancel()
+	var span trace.Span
+	if h.o.tracer != nil {
+		hctx, span = h.o.tracer.Start(hctx, "sheba.hook", trace.WithSpanKind(trace.SpanKindClient))
+		defer span.End()
+	}
+	var replacement proto.Message
+	d, err := h.breaker.Execute(func() (Decision, error) {
+		start := time.Now()
+		d, err := h.client.Check(hctx, call)
+		h.o.metrics.observe(time.Since(start).Seconds())
+		if err != nil {
+			if ctx.Err() != nil {
+				return d, callerGone{err}
+			}
+			return d, err
+		}
+		if d.Body != nil && d.Break == 0 {
+			if replacement, err = h.replace(msg, d.Body); err != nil {
+				return d, fmt.Errorf("hook's replacement request: %w", err)
+			}
+		}
+		return d, nil
+	})
+	if span != nil {
+		if err != nil {
+			span.SetStatus(otelcodes.Error, err.Error())
+		} else {
+			span.SetAttributes(attribute.Int("sheba.hook.break", d.Break))
+		}
+	}
+	return d, replacement, err
+}
+
+// replace returns body as a request of msg's type, checked by the
+// validator.
+func (h *interceptor) replace(msg proto.Message, body []byte) (proto.Message, error) {
+	if msg == nil || h.o.validate == nil {
+		return nil, errors.New("this call's request cannot be replaced")
+	}
+	r := msg.ProtoReflect().New().Interface()
+	if err := protojson.Unmarshal(body, r); err != nil {
+		return nil, err
+	}
+	if err := h.o.validate(r); err != nil {
+		return nil, errors.New(status.Convert(err).Message())
+	}
+	return r, nil
+}
+
+// decided does what d says: add its headers, then answer the break or call
+// the handler.
+func (h *interceptor) decided(ctx context.Context, req any, handler grpc.UnaryHandler, d Decision, web *callinfo.HTTP) (any, error) {
+	addHeaders(ctx, web, d.ResponseHeaders)
+	if d.Break != 0 {
+		return nil, breakError(d)
+	}
+	return handler(ctx, req)
+}
+
+// failed answers a call whose hook failed, by the failure mode.
+func (h *interceptor) failed(ctx context.Context, req any, handler grpc.UnaryHandler) (any, error) {
+	if h.o.failOpen {
+		return handler(ctx, req)
+	}
+	return nil, errUnavailable
+}
+
+// outcome records the hook's result for the log line and the metrics.
+func (h *interceptor) outcome(ci *callinfo.Info, result, errText string) {
+	if ci != nil {
+		ci.Hook, ci.HookError = result, errText
+	}
+	h.o.metrics.count(result)
+}
+
+// breakError is the answer of a break: the code of its status, HOOK_DENIED
+// with the hook's reason, and on REST the status itself.
+func breakError(d Decision) error {
+	msg := d.Message
+	if msg == "" {
+		msg = defaultDenial
+	}
+	var md map[string]string
+	if d.Reason != "" {
+		md = map[string]string{reason.HookReasonKey: reason.Clip(d.Reason)}
+	}
+	return reason.ErrorFor(CodeOf(d.Break), reason.HookDenied, reason.Clip(msg), md, d.Break)
+}
+
+// CodeOf returns the gRPC code of a break's HTTP status (docs/hook.md).
+func CodeOf(httpStatus int) codes.Code {
+	switch httpStatus {
+	case http.StatusBadRequest:
+		return codes.InvalidArgument
+	case http.StatusUnauthorized:
+		return codes.Unauthenticated
+	case http.StatusForbidden:
+		return codes.PermissionDenied
+	case http.StatusNotFound:
+		return codes.NotFound
+	case http.StatusConflict:
+		return codes.Aborted
+	case http.StatusTooManyRequests:
+		return codes.ResourceExhausted
+	}
+	if httpStatus >= 500 {
+		return codes.Unavailable
+	}
+	return codes.FailedPrecondition
+}
+
+// addHeaders adds hs to the call's answer: to the REST answer's headers,
+// or as gRPC header metadata. Names a transport reserves, and values that
+// cannot be sent as metadata, are left out.
+func addHeaders(ctx context.Context, web *callinfo.HTTP, hs map[string][]string) {
+	if len(hs) == 0 {
+		return
+	}
+	var md metadata.MD
+	for name, vs := range hs {
+		if reserved(name) {
+			continue
+		}
+		for _, v := range vs {
+			if !printable(v) {
+				continue
+			}
+			if web != nil {
+				if web.ResponseHeader == nil {
+					web.ResponseHeader = make(http.Header, len(hs))
+				}
+				web.ResponseHeader.Add(name, v)
+				continue
+			}
+			if md == nil {
+				md = make(metadata.MD, len(hs))
+			}
+			md[name] = append(md[name], v)
+		}
+	}
+	if md != nil {
+		// Fails only outside a server call (a direct test call).
+		_ = grpc.SetHeader(ctx, md)
+	}
+}
+
+// reserved reports whether a header name belongs to the transports: the
+// hook may not set it.
+func reserved(name string) bool {
+	if name == "" || name[0] == ':' || strings.HasPrefix(name, "grpc-") || strings.HasSuffix(name, "-bin") {
+		return true
+	}
+	switch name {
+	case "content-type", "content-length", "content-encoding", "transfer-encoding", "connection",
+		"keep-alive", "te", "trailer", "upgrade", "vary", "date", "x-request-id":
+		return true
+	}
+	return false
+}
+
+// printable reports whether v is printable ASCII, all that gRPC metadata
+// and HTTP header values take unchanged.
+func printable(v string) bool {
+	for i := range len(v) {
+		if v[i] < 0x20 || v[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+func headerBytes(hs map[string][]string) int {
+	n := 0
+	for k, vs := range hs {
+		n += len(k)
+		for _, v := range vs {
+			n += len(v)
+		}
+	}
+	return n
+}

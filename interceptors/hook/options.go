@@ -73,7 +73,14 @@ func WithSendBody(send bool) Option {
 // WithHeaders names the request headers (lowercase) the hook is told of.
 // The API key's headers are never sent: the caller does not choose them.
 func WithHeaders(names ...string) Option {
-	return func(o *options) { o.headers = names }
+	return func(o *options) {
+		o.headers = nil
+		for _, n := range names {
+			if n != "x-api-key" && n != "authorization" {
+				o.headers = append(o.headers, n)
+			}
+		}
+	}
 }
 
 // WithCache keeps up to n decisions the hook marked cacheable (0, the
@@ -111,8 +118,7 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 	}
 }
 
-// WithLogger logs the breaker opening and closing, and answers of the hook
-// that cannot be used (default: no log).
+// WithLogger logs the breaker's changes of state (default: no log).
 func WithLogger(log *slog.Logger) Option {
 	return func(o *options) { o.log = log }
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/shebasvc/sheba/interceptors/apikey"
 	"github.com/shebasvc/sheba/interceptors/concurrency"
 	"github.com/shebasvc/sheba/interceptors/drain"
+	"github.com/shebasvc/sheba/interceptors/hook"
 	"github.com/shebasvc/sheba/interceptors/idempotency"
 	"github.com/shebasvc/sheba/interceptors/metrics"
 	"github.com/shebasvc/sheba/interceptors/tracing"
@@ -56,6 +57,8 @@ type App struct {
 	grpc                        *grpc.Server
 	http                        *http.Server
 	webhooks                    *webhooks.Runner
+	// hook is the external hook's client (nil: no hook).
+	hook hook.Client
 
 	// conns knows the connections of both pools, for a shutdown that must
 	// cut their queries.
@@ -175,6 +178,11 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 	if err != nil {
 		return fmt.Errorf("idempotency: %w", err)
 	}
+	hookLink, hookClient, err := newHook(cfg.Hook, services.ValidateRequest, log, tp, registry)
+	if err != nil {
+		return err
+	}
+	a.hook = hookClient
 	chain := unaryChain(chainDeps{
 		limits:     cfg.Limits,
 		authn:      authn,
@@ -190,6 +198,7 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 		keyTTL:     cfg.Idempotency.TTL,
 		// paging.secret is the secret every replica shares already.
 		fingerprintKey: fpKey,
+		hook:           hookLink,
 		extra:          o.interceptors,
 	})
 
@@ -209,6 +218,9 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 		MaxConcurrentBodies: cfg.HTTP.MaxConcurrentBodies,
 		CompressMinBytes:    cfg.Compression.MinBytes,
 		TracerProvider:      tp,
+		// The hook is told of the REST request, and adds headers to its
+		// answer.
+		ShareRequest: hookLink != nil,
 		// The chain's own key check, so that REST reads no body the chain
 		// would refuse.
 		Authenticator: authn,

@@ -60,6 +60,8 @@ type chainDeps struct {
 	// fingerprintKey is the HMAC key of the passwords in the requests'
 	// fingerprints (fingerprintKey); nil: one of this process.
 	fingerprintKey []byte
+	// hook is the external hook's link (nil: no hook).
+	hook grpc.UnaryServerInterceptor
 	// extra run after every link above, right before the handler
 	// (WithUnaryInterceptor).
 	extra []grpc.UnaryServerInterceptor
@@ -86,6 +88,10 @@ type chainDeps struct {
 //     adaptive limit), and measures the latency of what it admits.
 //   - timeout: so only the handler's time, its idempotency transaction
 //     included, counts against it.
+//   - hook: a call rejected above never reaches the external hook, which
+//     knows the caller, and its wait counts against the deadline; before
+//     failfast and idempotency, so it sees every call that got this far
+//     and a request it replaces is the one the idempotency key binds.
 //   - failfast: while the database is down, the calls that need it
 //     answer Unavailable at once rather than at their deadline.
 //   - idempotency (creates and cancel only): innermost, so a call rejected
@@ -144,6 +150,11 @@ func chainLinks(d chainDeps) []link {
 	links = append(links,
 		link{"inflight", concurrency.UnaryServerInterceptor(d.inflight, concurrency.WithOnReject(m.Rejected(metrics.ReasonInflight)))},
 		link{"timeout", timeout.UnaryServerInterceptor(d.limits.Timeout)},
+	)
+	if d.hook != nil {
+		links = append(links, link{"hook", d.hook})
+	}
+	links = append(links,
 		link{"failfast", failfast.UnaryServerInterceptor(d.dbUp, d.needsDB, reason.OutcomeDatabaseDown.Row().Message)},
 	)
 	if d.keys != nil {

@@ -164,6 +164,11 @@ func (a *App) closeWithin(ctx, grace context.Context) (cut []string) {
 		waitDone(ctx, closed)
 		cut = append(cut, "database queries")
 	}
+	if a.hook != nil {
+		if err := a.hook.Close(); err != nil {
+			a.log.Warn("closing the hook's connections", "error", err.Error())
+		}
+	}
 	// Closing its connections does not wait on the network.
 	if err := a.rate.close(); err != nil {
 		a.log.Warn("closing the redis client", "error", err.Error())

@@ -1,0 +1,427 @@
+package hook
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"go.opentelemetry.io/otel/propagation"
+	"golang.org/x/net/http/httpguts"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+const (
+	// httpMaxAnswerBytes bounds the answer body read, so that a hook cannot
+	// make sheba hold unbounded memory.
+	httpMaxAnswerBytes = 1 << 20
+	// httpMaxAnswerHeaderBytes bounds the answer's headers for the same
+	// reason.
+	httpMaxAnswerHeaderBytes = 64 << 10
+	// httpMaxDrainBytes is what is read of a failed answer to keep its
+	// connection: a longer one costs a new connection, not the memory.
+	httpMaxDrainBytes = 64 << 10
+	// httpDialTimeout bounds a dial even when the call's ctx allows more:
+	// a hook is a local service, and one that does not accept within it is
+	// down.
+	httpDialTimeout = 5 * time.Second
+	// httpMaxIdleConns keeps a connection per concurrent call, so that a
+	// burst does not end in connections closed and dialed again.
+	httpMaxIdleConns = 1024
+	// httpMaxScratchBytes is the largest buffer kept for reuse: the one of
+	// a rare large call goes to the garbage collector.
+	httpMaxScratchBytes = 64 << 10
+)
+
+// httpContentType is the Content-Type of every request, set without
+// Header.Set's canonicalization and allocation. Never modified.
+var httpContentType = []string{"application/json"}
+
+// HTTPOptions configures an HTTPClient. The zero value is ready to use.
+type HTTPOptions struct {
+	// TLSConfig is used for an https URL; nil verifies the hook against
+	// the system roots.
+	TLSConfig *tls.Config
+	// Propagator, when set, injects the call's trace context into the
+	// request headers (W3C traceparent with propagation.TraceContext), so
+	// the hook's spans join the call's trace.
+	Propagator propagation.TextMapPropagator
+}
+
+// HTTPClient asks a hook over the http protocol: a JSON POST per call, on
+// connections kept alive and reused. It is safe for concurrent use.
+type HTTPClient struct {
+	url       string
+	transport *http.Transport
+	prop      propagation.TextMapPropagator
+}
+
+var _ Client = (*HTTPClient)(nil)
+
+// NewHTTPClient returns the client of the hook at rawURL:
+// http://host:port/path, https://host:port/path, h2c://host:port/path
+// (HTTP/2 with prior knowledge over cleartext) or unix:///abs/path.sock
+// (HTTP/1.1 over a unix socket, POST /, Host localhost).
+func NewHTTPClient(rawURL string, o HTTPOptions) (*HTTPClient, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("hook url: %w", err)
+	}
+	dialer := &net.Dialer{Timeout: httpDialTimeout, KeepAlive: 30 * time.Second}
+	t := &http.Transport{
+		// Hooks are local services: a proxy from the environment must not
+		// redirect them.
+		Proxy:                  nil,
+		DialContext:            dialer.DialContext,
+		TLSHandshakeTimeout:    httpDialTimeout,
+		MaxIdleConns:           httpMaxIdleConns,
+		MaxIdleConnsPerHost:    httpMaxIdleConns,
+		IdleConnTimeout:        90 * time.Second,
+		MaxResponseHeaderBytes: httpMaxAnswerHeaderBytes,
+		// The answers are small and the hook near: compressing costs more
+		// than it saves, and a gzip reader per answer allocates.
+		DisableCompression: true,
+		Protocols:          new(http.Protocols),
+	}
+	switch u.Scheme {
+	case "http":
+		t.Protocols.SetHTTP1(true)
+	case "https":
+		t.Protocols.SetHTTP1(true)
+		t.Protocols.SetHTTP2(true)
+		// The transport adds "h2" to the config's NextProtos: the caller's
+		// config must not change under it.
+		t.TLSClientConfig = o.TLSConfig.Clone()
+	case "h2c":
+		t.Protocols.SetUnencryptedHTTP2(true)
+		u.Scheme = "http"
+	case "unix":
+		if u.Host != "" || !strings.HasPrefix(u.Path, "/") {
+			return nil, fmt.Errorf("hook url %q: want unix:///absolute/path", rawURL)
+		}
+		socket := u.Path
+		t.Protocols.SetHTTP1(true)
+		t.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return dialer.DialContext(ctx, "unix", socket)
+		}
+		u = &url.URL{Scheme: "http", Host: "localhost", Path: "/"}
+	default:
+		return nil, fmt.Errorf("hook url %q: scheme is not http, https, h2c or unix", rawURL)
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("hook url %q: no host", rawURL)
+	}
+	u.Fragment, u.RawFragment = "", ""
+	return &HTTPClient{url: u.String(), transport: t, prop: o.Propagator}, nil
+}
+
+// httpScratch is the memory of one Check, reused across calls.
+type httpScratch struct {
+	buf bytes.Buffer
+	lr  io.LimitedReader
+	ans httpAnswer
+}
+
+var httpScratchPool = sync.Pool{New: func() any { return new(httpScratch) }}
+
+// Check tells the hook of c and returns its decision, or an error when the
+// hook cannot be reached, answers past ctx's deadline, or answers outside
+// the protocol.
+func (h *HTTPClient) Check(ctx context.Context, c *Call) (Decision, error) {
+	s := httpScratchPool.Get().(*httpScratch)
+	defer func() {
+		if s.buf.Cap() <= httpMaxScratchBytes {
+			// Drop what the call referenced: the pool must not keep it alive.
+			s.buf.Reset()
+			s.lr, s.ans = io.LimitedReader{}, httpAnswer{}
+			httpScratchPool.Put(s)
+		}
+	}()
+	if err := httpAppendCall(&s.buf, c); err != nil {
+		return Decision{}, err
+	}
+	// The transport may read the body after RoundTrip returns (and again
+	// on a retry), so it gets its own copy and the scratch stays ours.
+	body := bytes.Clone(s.buf.Bytes())
+	s.buf.Reset()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(body))
+	if err != nil {
+		return Decision{}, fmt.Errorf("hook request: %w", err)
+	}
+	req.Header["Content-Type"] = httpContentType
+	if h.prop != nil {
+		h.prop.Inject(ctx, propagation.HeaderCarrier(req.Header))
+	}
+	// The transport itself, not an http.Client: a redirect is an answer
+	// outside the protocol, not something to follow.
+	resp, err := h.transport.RoundTrip(req)
+	if err != nil {
+		return Decision{}, fmt.Errorf("call hook: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		// Read a little of it so the connection is kept.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, httpMaxDrainBytes))
+		return Decision{}, fmt.Errorf("hook answered status %d", resp.StatusCode)
+	}
+	if resp.ContentLength > httpMaxAnswerBytes {
+		return Decision{}, fmt.Errorf("hook answer too large: %d bytes, over %d", resp.ContentLength, httpMaxAnswerBytes)
+	}
+	s.lr = io.LimitedReader{R: resp.Body, N: httpMaxAnswerBytes + 1}
+	if _, err := s.buf.ReadFrom(&s.lr); err != nil {
+		return Decision{}, fmt.Errorf("read hook answer: %w", err)
+	}
+	if s.buf.Len() > httpMaxAnswerBytes {
+		return Decision{}, fmt.Errorf("hook answer too large: over %d bytes", httpMaxAnswerBytes)
+	}
+	d, err := httpDecodeAnswer(&s.ans, s.buf.Bytes())
+	if err != nil {
+		return Decision{}, fmt.Errorf("hook answer: %w", err)
+	}
+	return d, nil
+}
+
+// Close closes the client's idle connections. A Check after Close dials
+// again.
+func (h *HTTPClient) Close() error {
+	h.transport.CloseIdleConnections()
+	return nil
+}
+
+// httpAppendCall writes the request of c. It is written by hand: encoding/json
+// on a struct costs a protojson copy of the body that it then compacts, and
+// the sort of the header names.
+func httpAppendCall(buf *bytes.Buffer, c *Call) error {
+	b := buf.AvailableBuffer()
+	b = append(b, `{"version":1,"stage":"request","id":`...)
+	b = httpAppendString(b, c.ID)
+	b = append(b, `,"transport":`...)
+	b = httpAppendString(b, c.Transport)
+	b = append(b, `,"method":`...)
+	b = httpAppendString(b, c.Method)
+	if c.CallerID != "" {
+		b = append(b, `,"caller":{"apiKeyId":`...)
+		b = httpAppendString(b, c.CallerID)
+		b = append(b, '}')
+	}
+	if len(c.Headers) > 0 {
+		b = append(b, `,"headers":{`...)
+		first := true
+		for name, values := range c.Headers {
+			if !first {
+				b = append(b, ',')
+			}
+			first = false
+			b = httpAppendString(b, name)
+			b = append(b, ':', '[')
+			for i, v := range values {
+				if i > 0 {
+					b = append(b, ',')
+				}
+				b = httpAppendString(b, v)
+			}
+			b = append(b, ']')
+		}
+		b = append(b, '}')
+	}
+	if c.Body != nil {
+		b = append(b, `,"body":`...)
+		var err error
+		if b, err = (protojson.MarshalOptions{}).MarshalAppend(b, c.Body); err != nil {
+			return fmt.Errorf("hook request body: %w", err)
+		}
+	}
+	b = append(b, '}')
+	buf.Write(b)
+	return nil
+}
+
+// httpAppendString appends s as a JSON string. Invalid UTF-8 becomes
+// U+FFFD, as encoding/json does, so the request stays valid JSON.
+func httpAppendString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= utf8.RuneSelf {
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && size == 1 {
+				b = append(b, s[start:i]...)
+				b = append(b, `\ufffd`...)
+				i++
+				start = i
+				continue
+			}
+			i += size
+			continue
+		}
+		if c >= 0x20 && c != '"' && c != '\\' {
+			i++
+			continue
+		}
+		b = append(b, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			b = append(b, '\\', c)
+		case '\n':
+			b = append(b, '\\', 'n')
+		case '\r':
+			b = append(b, '\\', 'r')
+		case '\t':
+			b = append(b, '\\', 't')
+		default:
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		}
+		i++
+		start = i
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+// httpAnswer is the hook's answer as sent. Fields it does not know are
+// ignored, so the protocol can grow.
+type httpAnswer struct {
+	Control         httpControl                 `json:"control"`
+	Message         string                      `json:"message"`
+	Reason          string                      `json:"reason"`
+	Body            json.RawMessage             `json:"body"`
+	ResponseHeaders map[string]httpHeaderValues `json:"responseHeaders"`
+	CacheSeconds    float64                     `json:"cacheSeconds"`
+}
+
+// httpControl is "continue" or {"break":N}, N an HTTP status 400 to 599.
+// The errors of the answer's decoding quote what the hook sent cut short,
+// so that a hook cannot fill the log.
+type httpControl struct {
+	set bool
+	brk int
+}
+
+var httpContinue = []byte(`"continue"`)
+
+// UnmarshalJSON reads the control in place: the common "continue" costs no
+// copy.
+func (c *httpControl) UnmarshalJSON(b []byte) error {
+	c.set = true
+	if bytes.Equal(b, httpContinue) {
+		return nil
+	}
+	if len(b) > 0 && b[0] == '"' {
+		// "continue" written with escapes.
+		var s string
+		if err := json.Unmarshal(b, &s); err == nil && s == "continue" {
+			return nil
+		}
+	}
+	var obj map[string]json.RawMessage
+	if len(b) > 0 && b[0] == '{' && json.Unmarshal(b, &obj) == nil && len(obj) == 1 {
+		if n, ok := obj["break"]; ok {
+			status, err := strconv.Atoi(string(n))
+			if err != nil || status < 400 || status > 599 {
+				return fmt.Errorf("break %.40s is not a status 400 to 599", n)
+			}
+			c.brk = status
+			return nil
+		}
+	}
+	return fmt.Errorf(`control %.80s is neither "continue" nor {"break":N}`, b)
+}
+
+// httpHeaderValues are the values of one answer header: an array of
+// strings, where encoding/json would also take null for the array or for a
+// value.
+type httpHeaderValues []string
+
+// UnmarshalJSON takes an array of strings only.
+func (v *httpHeaderValues) UnmarshalJSON(b []byte) error {
+	var raw []json.RawMessage
+	if len(b) == 0 || b[0] != '[' || json.Unmarshal(b, &raw) != nil {
+		return fmt.Errorf("header values %.80s are not an array of strings", b)
+	}
+	*v = make(httpHeaderValues, len(raw))
+	for i, r := range raw {
+		if len(r) == 0 || r[0] != '"' || json.Unmarshal(r, &(*v)[i]) != nil {
+			return fmt.Errorf("header value %.80s is not a string", r)
+		}
+	}
+	return nil
+}
+
+// httpMaxCacheSeconds is the longest cacheSeconds a time.Duration holds.
+const httpMaxCacheSeconds = float64(math.MaxInt64 / int64(time.Second))
+
+// httpDecodeAnswer maps an answer to its Decision, decoding it into a,
+// which the caller reuses: the Decision shares no memory with it.
+func httpDecodeAnswer(a *httpAnswer, b []byte) (Decision, error) {
+	// Unmarshal would add to a map left from the last answer.
+	*a = httpAnswer{}
+	if err := json.Unmarshal(b, a); err != nil {
+		return Decision{}, err
+	}
+	if !a.Control.set {
+		return Decision{}, errors.New("no control")
+	}
+	if a.CacheSeconds < 0 || a.CacheSeconds > httpMaxCacheSeconds {
+		return Decision{}, fmt.Errorf("cacheSeconds %v out of range", a.CacheSeconds)
+	}
+	headers, err := httpResponseHeaders(a.ResponseHeaders)
+	if err != nil {
+		return Decision{}, err
+	}
+	d := Decision{
+		Break:           a.Control.brk,
+		ResponseHeaders: headers,
+		CacheFor:        time.Duration(a.CacheSeconds * float64(time.Second)),
+	}
+	hasBody := len(a.Body) > 0 && !bytes.Equal(a.Body, []byte("null"))
+	if hasBody && a.Body[0] != '{' {
+		return Decision{}, fmt.Errorf("body %.40s is not an object", a.Body)
+	}
+	if d.Break != 0 {
+		if hasBody {
+			return Decision{}, errors.New("body with a break")
+		}
+		d.Message, d.Reason = a.Message, a.Reason
+		return d, nil
+	}
+	if hasBody {
+		d.Body = a.Body
+	}
+	return d, nil
+}
+
+// httpResponseHeaders checks the answer's headers and lowercases their
+// names, merging the values of names that differ only in case.
+func httpResponseHeaders(in map[string]httpHeaderValues) (map[string][]string, error) {
+	if len(in) == 0 {
+		return nil, nil
+	}
+	out := make(map[string][]string, len(in))
+	for name, values := range in {
+		if !httpguts.ValidHeaderFieldName(name) {
+			return nil, fmt.Errorf("response header name %.80q is not valid", name)
+		}
+		for _, v := range values {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return nil, fmt.Errorf("response header %q value %.80q is not valid", name, v)
+			}
+		}
+		lower := strings.ToLower(name)
+		out[lower] = append(out[lower], values...)
+	}
+	return out, nil
+}

@@ -26,12 +26,38 @@ type accountServer struct {
 	logins *loginthrottle.Throttle
 }
 
-// CreateAccount creates an account. Codes: InvalidArgument, AlreadyExists.
-func (s *accountServer) CreateAccount(ctx context.Context, req *shebav1.CreateAccountRequest) (*shebav1.CreateAccountResponse, error) {
+// credentialsRequest is a request that names a username and a password:
+// CreateAccount's and Login's.
+type credentialsRequest interface {
+	GetUsername() string
+	GetPassword() string
+}
+
+// checkCredentials is the validation of a credentialsRequest: the same
+// rules for both methods, so that a username that could never exist is
+// InvalidArgument at Login too.
+func checkCredentials(req credentialsRequest) error {
 	var v violations
 	v.checkUsername("username", req.GetUsername())
 	v.checkPassword("password", req.GetPassword())
-	if err := v.err(); err != nil {
+	return v.err()
+}
+
+// accountIDRequest is a request whose one field is an account id:
+// GetAccount's, GetSubscription's and CancelSubscription's.
+type accountIDRequest interface {
+	GetAccountId() string
+}
+
+// checkAccountID is the validation of an accountIDRequest; it returns the
+// id in lower case.
+func checkAccountID(req accountIDRequest) (string, error) {
+	return checkOnlyID("account_id", req.GetAccountId())
+}
+
+// CreateAccount creates an account. Codes: InvalidArgument, AlreadyExists.
+func (s *accountServer) CreateAccount(ctx context.Context, req *shebav1.CreateAccountRequest) (*shebav1.CreateAccountResponse, error) {
+	if err := checkCredentials(req); err != nil {
 		return nil, err
 	}
 	hash, err := s.hasher.hash(ctx, req.GetPassword())
@@ -56,10 +82,7 @@ func (s *accountServer) CreateAccount(ctx context.Context, req *shebav1.CreateAc
 // Login checks a username and password. Codes: InvalidArgument,
 // Unauthenticated, ResourceExhausted (LOGIN_THROTTLED).
 func (s *accountServer) Login(ctx context.Context, req *shebav1.LoginRequest) (*shebav1.LoginResponse, error) {
-	var v violations
-	v.checkUsername("username", req.GetUsername())
-	v.checkPassword("password", req.GetPassword())
-	if err := v.err(); err != nil {
+	if err := checkCredentials(req); err != nil {
 		return nil, err
 	}
 	// Before the lookup and the hash: a throttled login costs neither, and
@@ -93,9 +116,8 @@ func (s *accountServer) Login(ctx context.Context, req *shebav1.LoginRequest) (*
 
 // GetAccount returns one account. Codes: InvalidArgument, NotFound.
 func (s *accountServer) GetAccount(ctx context.Context, req *shebav1.GetAccountRequest) (*shebav1.GetAccountResponse, error) {
-	var v violations
-	id := v.checkID("account_id", req.GetAccountId())
-	if err := v.err(); err != nil {
+	id, err := checkAccountID(req)
+	if err != nil {
 		return nil, err
 	}
 	a, err := s.store.GetAccount(ctx, id)

@@ -5,6 +5,8 @@
 // google.rpc.BadRequest field violations), makes one store call, and maps
 // the store's sentinel errors to status codes through the one error table,
 // in interceptors/reason (errors.go says what was not found).
+// Services.ValidateRequest validates a request by the same functions
+// without running its handler, for the external request hook.
 // Services.Register puts them on any grpc.ServiceRegistrar; internal/app
 // registers them on the grpc.Server and on the REST gateway's in-process
 // channel (server/gateway), both behind the same interceptor chain. The

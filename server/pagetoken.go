@@ -115,24 +115,37 @@ func (p pageTokens) tag(body []byte, binding string) []byte {
 	return m.Sum(nil)[:pageTokenTagLen]
 }
 
-// nextPage cuts rows, read with a limit of size+1, to the page and returns
-// the token of the next page: "" when the extra row was not there.
-func nextPage[T any](tokens pageTokens, rows []T, size int, binding string, cursor func(T) store.Cursor) ([]T, string) {
-	if len(rows) <= size {
-		return rows, ""
-	}
-	rows = rows[:size]
-	return rows, tokens.Encode(cursor(rows[size-1]), binding)
+// page is the page a list request asks for, checked: its size, the
+// position it starts after (nil: the first page) and the binding of the
+// listing and filter its tokens are issued for.
+type page struct {
+	size    int
+	after   *store.Cursor
+	binding string
 }
 
-// check decodes a page token issued for binding; "" is the first page.
-func (p pageTokens) check(v *violations, token, binding string) *store.Cursor {
+// nextPage cuts rows, read with a limit of pg.size+1, to the page and
+// returns the token of the next page: "" when the extra row was not there.
+func nextPage[T any](tokens pageTokens, rows []T, pg page, cursor func(T) store.Cursor) ([]T, string) {
+	if len(rows) <= pg.size {
+		return rows, ""
+	}
+	rows = rows[:pg.size]
+	return rows, tokens.Encode(cursor(rows[pg.size-1]), pg.binding)
+}
+
+// checkPage returns the page of size that token starts in the listing
+// binding names; "" is the first page, and a token not issued for binding
+// is a violation of page_token.
+func (p pageTokens) checkPage(v *violations, size int, token, binding string) page {
+	pg := page{size: size, binding: binding}
 	if token == "" {
-		return nil
+		return pg
 	}
 	c, err := p.Decode(token, binding)
 	if err != nil {
 		v.add("page_token", err.Error())
 	}
-	return c
+	pg.after = c
+	return pg
 }

@@ -29,19 +29,27 @@ func TestMain(m *testing.M) {
 }
 
 // services are the implementations of the services, as Register gives
-// them to a grpc.ServiceRegistrar, to call directly.
+// them to a grpc.ServiceRegistrar, to call directly, and the Services
+// they come from.
 type services struct {
+	all          *server.Services
+	ping         shebav1.PingServiceServer
 	account      shebav1.AccountServiceServer
 	subscription shebav1.SubscriptionServiceServer
+	webhook      shebav1.WebhookServiceServer
 }
 
 // RegisterService keeps the implementation of each service the tests call.
 func (s *services) RegisterService(desc *grpc.ServiceDesc, impl any) {
 	switch desc.ServiceName {
+	case shebav1.PingService_ServiceDesc.ServiceName:
+		s.ping = impl.(shebav1.PingServiceServer)
 	case shebav1.AccountService_ServiceDesc.ServiceName:
 		s.account = impl.(shebav1.AccountServiceServer)
 	case shebav1.SubscriptionService_ServiceDesc.ServiceName:
 		s.subscription = impl.(shebav1.SubscriptionServiceServer)
+	case shebav1.WebhookService_ServiceDesc.ServiceName:
+		s.webhook = impl.(shebav1.WebhookServiceServer)
 	}
 }
 
@@ -59,7 +67,7 @@ func newServicesOn(t *testing.T, st *store.Store) (*services, *strings.Builder) 
 	if err != nil {
 		t.Fatalf("server.New: %v", err)
 	}
-	var impls services
+	impls := services{all: s}
 	s.Register(&impls)
 	return &impls, &logs
 }

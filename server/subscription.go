@@ -23,13 +23,32 @@ func listSubscriptionsBinding(plan string) string {
 	return "sheba.v1.SubscriptionService/ListSubscriptions\x00plan=" + plan
 }
 
-// CreateSubscription starts a subscription. Codes: InvalidArgument, NotFound
-// (unknown account), AlreadyExists (one is active).
-func (s *subscriptionServer) CreateSubscription(ctx context.Context, req *shebav1.CreateSubscriptionRequest) (*shebav1.CreateSubscriptionResponse, error) {
+// checkCreateSubscription is the validation of a CreateSubscription
+// request; it returns the account id in lower case.
+func checkCreateSubscription(req *shebav1.CreateSubscriptionRequest) (string, error) {
 	var v violations
 	id := v.checkID("account_id", req.GetAccountId())
 	v.checkPlan("plan", req.GetPlan())
-	if err := v.err(); err != nil {
+	return id, v.err()
+}
+
+// checkListSubscriptions is the validation of a ListSubscriptions request
+// under tokens; it returns the page asked for.
+func checkListSubscriptions(tokens pageTokens, req *shebav1.ListSubscriptionsRequest) (page, error) {
+	var v violations
+	size := v.checkPageSize("page_size", req.GetPageSize())
+	if req.GetPlan() != "" {
+		v.checkPlan("plan", req.GetPlan())
+	}
+	p := tokens.checkPage(&v, size, req.GetPageToken(), listSubscriptionsBinding(req.GetPlan()))
+	return p, v.err()
+}
+
+// CreateSubscription starts a subscription. Codes: InvalidArgument, NotFound
+// (unknown account), AlreadyExists (one is active).
+func (s *subscriptionServer) CreateSubscription(ctx context.Context, req *shebav1.CreateSubscriptionRequest) (*shebav1.CreateSubscriptionResponse, error) {
+	id, err := checkCreateSubscription(req)
+	if err != nil {
 		return nil, err
 	}
 	sub, err := s.changeSubscription(ctx, EventSubscriptionCreated, func(ctx context.Context) (store.Subscription, error) {
@@ -62,9 +81,8 @@ func (s *subscriptionServer) changeSubscription(ctx context.Context, eventType s
 // GetSubscription returns the active subscription. Codes: InvalidArgument,
 // NotFound.
 func (s *subscriptionServer) GetSubscription(ctx context.Context, req *shebav1.GetSubscriptionRequest) (*shebav1.GetSubscriptionResponse, error) {
-	var v violations
-	id := v.checkID("account_id", req.GetAccountId())
-	if err := v.err(); err != nil {
+	id, err := checkAccountID(req)
+	if err != nil {
 		return nil, err
 	}
 	sub, err := s.store.GetActiveSubscription(ctx, id)
@@ -77,9 +95,8 @@ func (s *subscriptionServer) GetSubscription(ctx context.Context, req *shebav1.G
 // CancelSubscription cancels the active subscription. Codes: InvalidArgument,
 // NotFound.
 func (s *subscriptionServer) CancelSubscription(ctx context.Context, req *shebav1.CancelSubscriptionRequest) (*shebav1.CancelSubscriptionResponse, error) {
-	var v violations
-	id := v.checkID("account_id", req.GetAccountId())
-	if err := v.err(); err != nil {
+	id, err := checkAccountID(req)
+	if err != nil {
 		return nil, err
 	}
 	sub, err := s.changeSubscription(ctx, EventSubscriptionCanceled, func(ctx context.Context) (store.Subscription, error) {
@@ -94,27 +111,21 @@ func (s *subscriptionServer) CancelSubscription(ctx context.Context, req *shebav
 // ListSubscriptions returns one keyset page. Codes: InvalidArgument (bad
 // page_size, plan or page_token).
 func (s *subscriptionServer) ListSubscriptions(ctx context.Context, req *shebav1.ListSubscriptionsRequest) (*shebav1.ListSubscriptionsResponse, error) {
-	var v violations
-	size := v.checkPageSize("page_size", req.GetPageSize())
-	if req.GetPlan() != "" {
-		v.checkPlan("plan", req.GetPlan())
-	}
-	binding := listSubscriptionsBinding(req.GetPlan())
-	after := s.tokens.check(&v, req.GetPageToken(), binding)
-	if err := v.err(); err != nil {
+	pg, err := checkListSubscriptions(s.tokens, req)
+	if err != nil {
 		return nil, err
 	}
 	// One row more than the page tells whether there is a next page.
 	subs, err := s.store.ListSubscriptions(ctx, store.ListSubscriptionsParams{
 		Plan:  req.GetPlan(),
-		Limit: size + 1,
-		After: after,
+		Limit: pg.size + 1,
+		After: pg.after,
 	})
 	if err != nil {
 		return nil, s.errs.toStatus(ctx, "list subscriptions", err, reason.Own{})
 	}
 	resp := &shebav1.ListSubscriptionsResponse{}
-	subs, resp.NextPageToken = nextPage(s.tokens, subs, size, binding, func(sub store.Subscription) store.Cursor {
+	subs, resp.NextPageToken = nextPage(s.tokens, subs, pg, func(sub store.Subscription) store.Cursor {
 		return store.Cursor{CreateTime: sub.CreateTime, ID: sub.ID}
 	})
 	resp.Subscriptions = toProtos(subs, subscriptionToProto)

@@ -1,15 +1,90 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"regexp"
 
 	"github.com/google/uuid"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 
+	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/interceptors/reason"
 )
+
+// ValidateRequest checks req, the request message of a sheba.v1 method
+// called with ctx, by the input rules its handler applies before any lookup
+// (docs/api.md#validation-rules), and returns the handler's own
+// InvalidArgument error for it, or nil. The rules are the very functions
+// the handlers call. A message of a type no method takes is an error too
+// (not a status).
+//
+// Some rules need more than req, and are applied as the handler applies
+// them: a page token is checked under the services' paging key
+// (Options.PageTokenKey), and a ListWebhookEndpoints token against the
+// caller in ctx (callinfo), to whom it is bound. A WebhookService handler
+// answers a call without a caller Unauthenticated before it validates
+// anything: for such a call ValidateRequest answers nil and leaves that to
+// the handler.
+//
+// What a handler checks only after a lookup is not applied, and is still
+// the handler's to answer when it runs: for CreateWebhookEndpoint, whether
+// the URL's target is allowed (unless webhooks.allow_private_networks; it
+// may take a DNS lookup; reason WEBHOOK_URL_NOT_ALLOWED) and whether the
+// caller registered the URL already. Login's throttle is no input rule.
+func (s *Services) ValidateRequest(ctx context.Context, req proto.Message) error {
+	switch req := req.(type) {
+	case *shebav1.PingRequest:
+		return nil
+	case *shebav1.CreateAccountRequest:
+		return checkCredentials(req)
+	case *shebav1.LoginRequest:
+		return checkCredentials(req)
+	case *shebav1.GetAccountRequest:
+		return errOf(checkAccountID(req))
+	case *shebav1.CreateSubscriptionRequest:
+		return errOf(checkCreateSubscription(req))
+	case *shebav1.GetSubscriptionRequest:
+		return errOf(checkAccountID(req))
+	case *shebav1.CancelSubscriptionRequest:
+		return errOf(checkAccountID(req))
+	case *shebav1.ListSubscriptionsRequest:
+		return errOf(checkListSubscriptions(s.subscription.tokens, req))
+	case *shebav1.CreateWebhookEndpointRequest:
+		return ofCaller(ctx, func(string) error { return errOf(checkCreateWebhookEndpoint(req)) })
+	case *shebav1.GetWebhookEndpointRequest:
+		return ofCaller(ctx, func(string) error { return errOf(checkEndpointID(req)) })
+	case *shebav1.ListWebhookEndpointsRequest:
+		return ofCaller(ctx, func(who string) error { return errOf(checkListWebhookEndpoints(s.webhook.tokens, who, req)) })
+	case *shebav1.DeleteWebhookEndpointRequest:
+		return ofCaller(ctx, func(string) error { return errOf(checkEndpointID(req)) })
+	case *shebav1.RotateWebhookSecretRequest:
+		return ofCaller(ctx, func(string) error { return errOf(checkEndpointID(req)) })
+	case *shebav1.ListWebhookDeliveriesRequest:
+		return ofCaller(ctx, func(string) error {
+			_, _, err := checkListWebhookDeliveries(s.webhook.tokens, req)
+			return err
+		})
+	default:
+		return fmt.Errorf("server: %T is the request of no sheba.v1 method", req)
+	}
+}
+
+// errOf returns the error of a check, for a caller that needs only that.
+func errOf[T any](_ T, err error) error { return err }
+
+// ofCaller returns check's answer for the caller of ctx, the owner of
+// webhook endpoints, or nil without one, whom the handler answers
+// errNoCaller before validating anything.
+func ofCaller(ctx context.Context, check func(who string) error) error {
+	who, err := owner(ctx)
+	if err != nil {
+		return nil
+	}
+	return check(who)
+}
 
 // The input rules of docs/api.md.
 var (
@@ -89,6 +164,14 @@ func (v *violations) checkID(field, id string) string {
 		return id
 	}
 	return u.String()
+}
+
+// checkOnlyID is the validation of a request whose one rule is that field
+// is a UUID; it returns the id in lower case.
+func checkOnlyID(field, raw string) (string, error) {
+	var v violations
+	id := v.checkID(field, raw)
+	return id, v.err()
 }
 
 // checkPageSize applies the page_size rules of docs/api.md.

@@ -101,18 +101,64 @@ func owner(ctx context.Context) (string, error) {
 	return "", errNoCaller
 }
 
-// ownedEndpoint returns the caller's id and the endpoint id rawID names,
+// ownedEndpoint returns the caller's id and the endpoint id req names,
 // checked: the first step of a call on one endpoint.
-func ownedEndpoint(ctx context.Context, rawID string) (who, id string, err error) {
+func ownedEndpoint(ctx context.Context, req endpointIDRequest) (who, id string, err error) {
 	if who, err = owner(ctx); err != nil {
 		return "", "", err
 	}
-	var v violations
-	id = v.checkID("endpoint_id", rawID)
-	if err := v.err(); err != nil {
+	if id, err = checkEndpointID(req); err != nil {
 		return "", "", err
 	}
 	return who, id, nil
+}
+
+// endpointIDRequest is a request whose one field is an endpoint id:
+// GetWebhookEndpoint's, DeleteWebhookEndpoint's and RotateWebhookSecret's.
+type endpointIDRequest interface {
+	GetEndpointId() string
+}
+
+// checkEndpointID is the validation of an endpointIDRequest; it returns the
+// id in lower case.
+func checkEndpointID(req endpointIDRequest) (string, error) {
+	return checkOnlyID("endpoint_id", req.GetEndpointId())
+}
+
+// checkCreateWebhookEndpoint is the validation of a CreateWebhookEndpoint
+// request: the syntax of its URL, which it returns parsed, its event types
+// and its description. Whether the URL's target is allowed, and whether
+// the caller registered it already, are looked up after it.
+func checkCreateWebhookEndpoint(req *shebav1.CreateWebhookEndpointRequest) (*url.URL, error) {
+	var v violations
+	u := checkURL(&v, "url", req.GetUrl())
+	checkEventTypes(&v, "event_types", req.GetEventTypes())
+	if n := len(req.GetDescription()); n > maxWebhookDescriptionBytes {
+		v.add("description", fmt.Sprintf("must be at most %d bytes, got %d", maxWebhookDescriptionBytes, n))
+	}
+	return u, v.err()
+}
+
+// checkListWebhookEndpoints is the validation of a ListWebhookEndpoints
+// request of caller who under tokens; it returns the page asked for.
+func checkListWebhookEndpoints(tokens pageTokens, who string, req *shebav1.ListWebhookEndpointsRequest) (page, error) {
+	var v violations
+	size := v.checkPageSize("page_size", req.GetPageSize())
+	// The page token is bound to the owner, as a subscription token is to
+	// its plan filter.
+	p := tokens.checkPage(&v, size, req.GetPageToken(), "webhookEndpoints/"+who)
+	return p, v.err()
+}
+
+// checkListWebhookDeliveries is the validation of a ListWebhookDeliveries
+// request under tokens; it returns the endpoint id in lower case and the
+// page asked for.
+func checkListWebhookDeliveries(tokens pageTokens, req *shebav1.ListWebhookDeliveriesRequest) (string, page, error) {
+	var v violations
+	id := v.checkID("endpoint_id", req.GetEndpointId())
+	size := v.checkPageSize("page_size", req.GetPageSize())
+	p := tokens.checkPage(&v, size, req.GetPageToken(), "webhookEndpoints/"+id+"/deliveries")
+	return id, p, v.err()
 }
 
 // CreateWebhookEndpoint registers an endpoint. Codes: InvalidArgument (also
@@ -124,17 +170,13 @@ func (s *webhookServer) CreateWebhookEndpoint(ctx context.Context, req *shebav1.
 	if err != nil {
 		return nil, err
 	}
-	var v violations
-	u := checkURL(&v, "url", req.GetUrl())
-	types := checkEventTypes(&v, "event_types", req.GetEventTypes())
-	if n := len(req.GetDescription()); n > maxWebhookDescriptionBytes {
-		v.add("description", fmt.Sprintf("must be at most %d bytes, got %d", maxWebhookDescriptionBytes, n))
-	}
-	if err := v.err(); err != nil {
+	u, err := checkCreateWebhookEndpoint(req)
+	if err != nil {
 		return nil, err
 	}
 	// The target is checked once the request is valid: it may take a
 	// DNS lookup.
+	var v violations
 	if !s.allowPrivate {
 		err := ssrf.CheckTarget(ctx, u, s.resolver)
 		if errors.Is(err, ssrf.ErrNotAllowed) {
@@ -152,7 +194,7 @@ func (s *webhookServer) CreateWebhookEndpoint(ctx context.Context, req *shebav1.
 	e, err := s.store.CreateWebhookEndpoint(ctx, store.WebhookEndpoint{
 		Owner:       who,
 		URL:         req.GetUrl(),
-		EventTypes:  types,
+		EventTypes:  req.GetEventTypes(),
 		Description: req.GetDescription(),
 		Secret:      secret,
 	}, s.maxEndpoints)
@@ -173,7 +215,7 @@ func (s *webhookServer) CreateWebhookEndpoint(ctx context.Context, req *shebav1.
 // GetWebhookEndpoint returns one endpoint of the caller. Codes:
 // InvalidArgument, NotFound, Unauthenticated.
 func (s *webhookServer) GetWebhookEndpoint(ctx context.Context, req *shebav1.GetWebhookEndpointRequest) (*shebav1.GetWebhookEndpointResponse, error) {
-	who, id, err := ownedEndpoint(ctx, req.GetEndpointId())
+	who, id, err := ownedEndpoint(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -191,21 +233,16 @@ func (s *webhookServer) ListWebhookEndpoints(ctx context.Context, req *shebav1.L
 	if err != nil {
 		return nil, err
 	}
-	// The page token is bound to the owner, as a subscription token is to
-	// its plan filter.
-	binding := "webhookEndpoints/" + who
-	var v violations
-	size := v.checkPageSize("page_size", req.GetPageSize())
-	after := s.tokens.check(&v, req.GetPageToken(), binding)
-	if err := v.err(); err != nil {
+	pg, err := checkListWebhookEndpoints(s.tokens, who, req)
+	if err != nil {
 		return nil, err
 	}
-	es, err := s.store.ListWebhookEndpoints(ctx, who, size+1, after)
+	es, err := s.store.ListWebhookEndpoints(ctx, who, pg.size+1, pg.after)
 	if err != nil {
 		return nil, s.errs.toStatus(ctx, "list webhook endpoints", err, reason.Own{})
 	}
 	resp := &shebav1.ListWebhookEndpointsResponse{}
-	es, resp.NextPageToken = nextPage(s.tokens, es, size, binding, func(e store.WebhookEndpoint) store.Cursor {
+	es, resp.NextPageToken = nextPage(s.tokens, es, pg, func(e store.WebhookEndpoint) store.Cursor {
 		return store.Cursor{CreateTime: e.CreateTime, ID: e.ID}
 	})
 	resp.WebhookEndpoints = toProtos(es, endpointToProto)
@@ -215,7 +252,7 @@ func (s *webhookServer) ListWebhookEndpoints(ctx context.Context, req *shebav1.L
 // DeleteWebhookEndpoint deletes an endpoint of the caller and its
 // deliveries. Codes: InvalidArgument, NotFound, Unauthenticated.
 func (s *webhookServer) DeleteWebhookEndpoint(ctx context.Context, req *shebav1.DeleteWebhookEndpointRequest) (*shebav1.DeleteWebhookEndpointResponse, error) {
-	who, id, err := ownedEndpoint(ctx, req.GetEndpointId())
+	who, id, err := ownedEndpoint(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -230,7 +267,7 @@ func (s *webhookServer) DeleteWebhookEndpoint(ctx context.Context, req *shebav1.
 // (docs/webhooks.md#rotating-the-secret). Codes: InvalidArgument, NotFound,
 // Unauthenticated.
 func (s *webhookServer) RotateWebhookSecret(ctx context.Context, req *shebav1.RotateWebhookSecretRequest) (*shebav1.RotateWebhookSecretResponse, error) {
-	who, id, err := ownedEndpoint(ctx, req.GetEndpointId())
+	who, id, err := ownedEndpoint(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -252,12 +289,8 @@ func (s *webhookServer) ListWebhookDeliveries(ctx context.Context, req *shebav1.
 	if err != nil {
 		return nil, err
 	}
-	var v violations
-	id := v.checkID("endpoint_id", req.GetEndpointId())
-	size := v.checkPageSize("page_size", req.GetPageSize())
-	binding := "webhookEndpoints/" + id + "/deliveries"
-	after := s.tokens.check(&v, req.GetPageToken(), binding)
-	if err := v.err(); err != nil {
+	id, pg, err := checkListWebhookDeliveries(s.tokens, req)
+	if err != nil {
 		return nil, err
 	}
 	// The ownership check and the page read need not be atomic: a delete in
@@ -265,12 +298,12 @@ func (s *webhookServer) ListWebhookDeliveries(ctx context.Context, req *shebav1.
 	if _, err := s.store.GetWebhookEndpoint(ctx, who, id); err != nil {
 		return nil, s.errs.toStatus(ctx, "list webhook deliveries", err, reason.Own{NotFound: errEndpointNotFound})
 	}
-	ds, err := s.store.ListWebhookDeliveries(ctx, id, size+1, after)
+	ds, err := s.store.ListWebhookDeliveries(ctx, id, pg.size+1, pg.after)
 	if err != nil {
 		return nil, s.errs.toStatus(ctx, "list webhook deliveries", err, reason.Own{})
 	}
 	resp := &shebav1.ListWebhookDeliveriesResponse{}
-	ds, resp.NextPageToken = nextPage(s.tokens, ds, size, binding, func(d store.WebhookDelivery) store.Cursor {
+	ds, resp.NextPageToken = nextPage(s.tokens, ds, pg, func(d store.WebhookDelivery) store.Cursor {
 		return store.Cursor{CreateTime: d.CreateTime, ID: d.EventID}
 	})
 	resp.Deliveries = toProtos(ds, deliveryToProto)
@@ -297,11 +330,11 @@ func checkURL(v *violations, field, raw string) *url.URL {
 }
 
 // checkEventTypes checks that types holds at least one known type, none
-// twice, and returns them.
-func checkEventTypes(v *violations, field string, types []string) []string {
+// twice.
+func checkEventTypes(v *violations, field string, types []string) {
 	if len(types) == 0 {
 		v.add(field, "must list at least one event type")
-		return nil
+		return
 	}
 	known := EventTypes()
 	for i, t := range types {
@@ -312,7 +345,6 @@ func checkEventTypes(v *violations, field string, types []string) []string {
 			v.add(fmt.Sprintf("%s[%d]", field, i), fmt.Sprintf("event type %s is listed twice", reason.Quote(t)))
 		}
 	}
-	return types
 }
 
 // newWebhookSecret returns "whsec_" and the base64 of 32 random bytes, the

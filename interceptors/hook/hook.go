@@ -242,7 +242,7 @@ func (h *interceptor) ask(ctx context.Context, call *Call, msg proto.Message) (D
 			return d, err
 		}
 		if d.Body != nil && d.Break == 0 {
-			if replacement, err = h.replace(msg, d.Body); err != nil {
+			if replacement, err = h.replace(ctx, msg, d.Body); err != nil {
 				return d, fmt.Errorf("hook's replacement request: %w", err)
 			}
 		}
@@ -260,7 +260,7 @@ func (h *interceptor) ask(ctx context.Context, call *Call, msg proto.Message) (D
 
 // replace returns body as a request of msg's type, checked by the
 // validator.
-func (h *interceptor) replace(msg proto.Message, body []byte) (proto.Message, error) {
+func (h *interceptor) replace(ctx context.Context, msg proto.Message, body []byte) (proto.Message, error) {
 	if msg == nil || h.o.validate == nil {
 		return nil, errors.New("this call's request cannot be replaced")
 	}
@@ -268,7 +268,7 @@ func (h *interceptor) replace(msg proto.Message, body []byte) (proto.Message, er
 	if err := protojson.Unmarshal(body, r); err != nil {
 		return nil, err
 	}
-	if err := h.o.validate(r); err != nil {
+	if err := h.o.validate(ctx, r); err != nil {
 		return nil, errors.New(status.Convert(err).Message())
 	}
 	return r, nil

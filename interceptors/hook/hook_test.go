@@ -308,7 +308,7 @@ func TestCache(t *testing.T) {
 func TestCacheHoldsNoReplacement(t *testing.T) {
 	var calls atomic.Int32
 	intercept := UnaryServerInterceptor(answering(Decision{CacheFor: time.Minute, Body: []byte(`{"accountId":"00000000-0000-4000-8000-000000000001","plan":"trial"}`)}, &calls),
-		WithCache(10), WithValidator(func(proto.Message) error { return nil }))
+		WithCache(10), WithValidator(func(context.Context, proto.Message) error { return nil }))
 	for range 2 {
 		ctx, _ := callCtx("billing", nil)
 		var h handled
@@ -322,7 +322,7 @@ func TestCacheHoldsNoReplacement(t *testing.T) {
 }
 
 func TestReplacement(t *testing.T) {
-	valid := func(m proto.Message) error {
+	valid := func(_ context.Context, m proto.Message) error {
 		if m.(*shebav1.CreateSubscriptionRequest).GetPlan() == "BAD" {
 			return reason.Error(codes.InvalidArgument, reason.InvalidArgument, "invalid plan")
 		}
@@ -331,7 +331,7 @@ func TestReplacement(t *testing.T) {
 	for _, test := range []struct {
 		name     string
 		body     string
-		validate func(proto.Message) error
+		validate func(context.Context, proto.Message) error
 		wantPlan string // "": the hook failed
 	}{
 		{name: "valid", body: `{"accountId":"00000000-0000-4000-8000-000000000001","plan":"trial"}`, validate: valid, wantPlan: "trial"},

@@ -1,6 +1,7 @@
 package hook
 
 import (
+	"context"
 	"log/slog"
 	"time"
 
@@ -18,7 +19,7 @@ type options struct {
 	// breakAfter failures in a row open the breaker for breakFor.
 	breakAfter uint32
 	breakFor   time.Duration
-	validate   func(proto.Message) error
+	validate   func(context.Context, proto.Message) error
 	metrics    *Metrics
 	tracer     trace.Tracer
 	log        *slog.Logger
@@ -99,7 +100,7 @@ func WithBreaker(failures uint32, wait time.Duration) Option {
 // WithValidator checks a request message that the hook's answer puts in
 // place of the call's, as the handler would (an invalid one is a hook
 // failure); nil, the default, refuses every replacement.
-func WithValidator(validate func(proto.Message) error) Option {
+func WithValidator(validate func(context.Context, proto.Message) error) Option {
 	return func(o *options) { o.validate = validate }
 }
 

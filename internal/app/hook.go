@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"time"
@@ -20,7 +21,7 @@ import (
 // whose connections close with the App; nil and a nil client when
 // hook.url is empty. validate checks a request the hook puts in place of
 // the call's, as its handler would.
-func newHook(c config.Hook, validate func(proto.Message) error, log *slog.Logger, tp trace.TracerProvider, reg prometheus.Registerer) (grpc.UnaryServerInterceptor, hook.Client, error) {
+func newHook(c config.Hook, validate func(context.Context, proto.Message) error, log *slog.Logger, tp trace.TracerProvider, reg prometheus.Registerer) (grpc.UnaryServerInterceptor, hook.Client, error) {
 	if c.URL == "" {
 		return nil, nil, nil
 	}

@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -33,6 +36,7 @@ type hookServer struct {
 	mu     sync.Mutex
 	got    []map[string]any
 	raw    []string
+	traces []string // the traceparent of each call
 	answer func(call map[string]any) (status int, body string)
 }
 
@@ -70,6 +74,7 @@ func startHookServer(t *testing.T, network string) *hookServer {
 		h.mu.Lock()
 		h.got = append(h.got, call)
 		h.raw = append(h.raw, string(b))
+		h.traces = append(h.traces, r.Header.Get("Traceparent"))
 		answer := h.answer
 		h.mu.Unlock()
 		code, body := answer(call)
@@ -511,4 +516,77 @@ func TestHookUnixSocket(t *testing.T) {
 	if h := fams["sheba_hook_duration_seconds"]; h == nil || h.GetMetric()[0].GetHistogram().GetSampleCount() != 2 {
 		t.Errorf("got sheba_hook_duration_seconds %v, want 2 calls timed", h)
 	}
+}
+
+// TestHookSpan finds, on both transports, a client span of the hook call
+// under the call's server span, and the call's trace sent to the hook.
+func TestHookSpan(t *testing.T) {
+	t.Parallel()
+	hook := startHookServer(t, "tcp")
+	tp, exp := newRecorder(t)
+	e := newTestEnvWith(t, tp, nil, withHook(hook.url))
+	for _, test := range []struct {
+		name, traceID string
+		call          func(traceparent string)
+	}{
+		{name: "rest", traceID: "4bf92f3577b34da6a3ce929d0e0e4736", call: func(tp string) {
+			wantCode(t, e.do(t, http.MethodGet, "/v1/ping", "", "Traceparent", tp), http.StatusOK)
+		}},
+		{name: "grpc", traceID: "5bf92f3577b34da6a3ce929d0e0e4737", call: func(tp string) {
+			ctx := metadata.AppendToOutgoingContext(t.Context(), "traceparent", tp)
+			if _, err := e.ping.Ping(ctx, &shebav1.PingRequest{}); err != nil {
+				t.Fatalf("Ping: %v", err)
+			}
+		}},
+	} {
+		t.Run(test.name, func(t *testing.T) {
+			hook.mu.Lock()
+			hook.traces = nil
+			hook.mu.Unlock()
+			test.call("00-" + test.traceID + "-00f067aa0ba902b7-01")
+			var server, client sdktrace.ReadOnlySpan
+			waitFor(t, 5*time.Second, "the server and hook spans in trace "+test.traceID, func() bool {
+				server, client = nil, nil
+				for _, s := range exp.GetSpans() {
+					if s.SpanContext.TraceID().String() != test.traceID {
+						continue
+					}
+					switch {
+					case s.SpanKind == trace.SpanKindServer:
+						server = s.Snapshot()
+					case s.Name == "sheba.hook":
+						client = s.Snapshot()
+					}
+				}
+				return server != nil && client != nil
+			})
+			if client.SpanKind() != trace.SpanKindClient {
+				t.Errorf("hook span of kind %v, want client", client.SpanKind())
+			}
+			if !isBelow(exp.GetSpans(), client, server.SpanContext().SpanID()) {
+				t.Errorf("hook span %s is not under the server span %s", client.SpanContext().SpanID(), server.SpanContext().SpanID())
+			}
+			hook.mu.Lock()
+			traces := hook.traces
+			hook.mu.Unlock()
+			if want := "00-" + test.traceID + "-" + client.SpanContext().SpanID().String() + "-01"; len(traces) != 1 || traces[0] != want {
+				t.Errorf("the hook got traceparent %q, want %q: the hook span's", traces, want)
+			}
+		})
+	}
+}
+
+// isBelow reports whether span s descends from the span of id, among
+// spans.
+func isBelow(spans tracetest.SpanStubs, s sdktrace.ReadOnlySpan, id trace.SpanID) bool {
+	parents := map[trace.SpanID]trace.SpanID{}
+	for _, x := range spans {
+		parents[x.SpanContext.SpanID()] = x.Parent.SpanID()
+	}
+	for p := s.Parent().SpanID(); p.IsValid(); p = parents[p] {
+		if p == id {
+			return true
+		}
+	}
+	return false
 }

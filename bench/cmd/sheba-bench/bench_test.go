@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -256,6 +257,43 @@ func TestSummarize(t *testing.T) {
 	// CPU per request: 2, 2, 3 ms against 1 ms each.
 	if math.Abs(s.CPURatio-2) > 1e-9 || math.Abs(a.CPUPerReqUS-2000) > 1e-6 {
 		t.Errorf("CPU per request %v µs, ratio %v; want 2000 µs and 2", a.CPUPerReqUS, s.CPURatio)
+	}
+}
+
+func TestHookFigures(t *testing.T) {
+	// Two pairs: sheba with the hook at 50 and 60 µs of CPU a request, p50
+	// 1.2 and 1.4 ms, p99 3 and 5 ms; without it 20 µs, 1 ms, 2 ms.
+	sr := scenarioReport{Sides: []sideReport{
+		{Label: "hooked", HookServer: srvHookEcho, Expect: []string{"200"}, Runs: []result{
+			{RPS: 800, Requests: 1000, CPUServerSec: 0.05, P50ms: 1.2, P99ms: 3, HookChecks: 1010, CPUHook: 0.2, CPUHookSec: 0.01},
+			{RPS: 700, Requests: 1000, CPUServerSec: 0.06, P50ms: 1.4, P99ms: 5, HookChecks: 1030, CPUHook: 0.3, CPUHookSec: 0.012},
+		}},
+		{Label: "unhooked", Expect: []string{"200"}, Runs: []result{
+			{RPS: 1000, Requests: 2000, CPUServerSec: 0.04, P50ms: 1, P99ms: 2},
+			{RPS: 1000, Requests: 2000, CPUServerSec: 0.04, P50ms: 1, P99ms: 2},
+		}},
+	}}
+	sr.summarize()
+	sr.Figures = scenario{goal: 0.75, moonshot: 0.85, added: true}.figures(sr)
+	var got []string
+	for _, f := range sr.Figures {
+		got = append(got, f.String())
+	}
+	want := []string{
+		"ratio 0.75 (goal ≥ 0.75 ✓)", "moonshot 0.75 (goal ≥ 0.85 ✗)",
+		"added CPU/req 35 µs", "added p50 0.30 ms", "added p99 2 ms",
+		"hook server CPU/req 11 µs", "hook checks/req 1.02",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("figures (-want +got):\n%s", diff)
+	}
+	if sr.Sides[1].Summary.Hook != nil {
+		t.Errorf("unhooked side has a hook summary: %+v", sr.Sides[1].Summary.Hook)
+	}
+	note := "hook: " + strings.Join(want, "; ")
+	sr.Name = "hook"
+	if n := notes(report{Scenarios: []scenarioReport{sr}}); !slices.Contains(n, note) {
+		t.Errorf("notes %q lack %q", n, note)
 	}
 }
 

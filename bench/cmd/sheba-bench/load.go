@@ -54,6 +54,12 @@ type result struct {
 	CPUServerSec  float64 `json:"cpu_server_seconds"`
 	CPUServerCore float64 `json:"cpu_server_core_busy"`
 	CPULoadCore   float64 `json:"cpu_loadgen_core_busy"`
+
+	// With a hook server (hookMeter): the checks it answered during the
+	// run, and its CPU, not counted in CPUServer.
+	HookChecks int64   `json:"hook_checks,omitempty"`
+	CPUHook    float64 `json:"cpu_hook,omitempty"`
+	CPUHookSec float64 `json:"cpu_hook_seconds,omitempty"`
 }
 
 // loadEnv is what every load generator needs to run.

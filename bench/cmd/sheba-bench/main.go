@@ -220,7 +220,7 @@ type bench struct {
 
 // binaries are the paths of the programs the run uses.
 type binaries struct {
-	sheba, httpping, grpcping, pgping, ghz, wrk, pgbench, pgBindir string
+	sheba, httpping, grpcping, pgping, hookecho, ghz, wrk, pgbench, pgBindir string
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
@@ -263,7 +263,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	}
 
 	// Tools first: fail before building anything.
-	if want("ping-rest", "error-rest", "readyz", "get-subscription", "get-subscription-pgbench", "ping-rest-traced", "ping-rest-redis") {
+	if want("ping-rest", "error-rest", "readyz", "get-subscription", "get-subscription-pgbench", "ping-rest-traced", "ping-rest-redis",
+		"hook-echo", "hook-echo-subscription", "hook-cached", "hook-ext-authz") {
 		if b.bins.wrk, err = ensureWrk(ctx, logf); err != nil {
 			return err
 		}
@@ -440,6 +441,7 @@ func (b *bench) build(ctx context.Context, withGhz bool) error {
 	b.bins.httpping = filepath.Join(bin, "httpping")
 	b.bins.grpcping = filepath.Join(bin, "grpcping")
 	b.bins.pgping = filepath.Join(bin, "pgping")
+	b.bins.hookecho = filepath.Join(bin, "hookecho")
 	gobuild := func(env []string, args ...string) error {
 		cmd := exec.CommandContext(ctx, b.opts.goCmd, append([]string{"build"}, args...)...)
 		cmd.Dir = b.repo
@@ -453,7 +455,8 @@ func (b *bench) build(ctx context.Context, withGhz bool) error {
 	if err := gobuild(nil, "-o", b.bins.sheba, "./cmd/sheba"); err != nil {
 		return err
 	}
-	if err := gobuild(nil, "-o", bin+"/", "./bench/baseline/httpping", "./bench/baseline/grpcping", "./bench/baseline/pgping"); err != nil {
+	if err := gobuild(nil, "-o", bin+"/", "./bench/baseline/httpping", "./bench/baseline/grpcping", "./bench/baseline/pgping",
+		"./bench/baseline/hookecho"); err != nil {
 		return err
 	}
 	if withGhz {
@@ -497,8 +500,8 @@ func (b *bench) ensureServer(ctx context.Context, key string) (*server, error) {
 		return nil, nil
 	}
 	if s, ok := b.servers[key]; ok {
-		if s.proc.exited() {
-			return nil, fmt.Errorf("%s exited during the run (%v); its last output:\n%s", key, s.proc.waitErr, s.proc.logTail(20))
+		if err := s.proc.exitedErr(); err != nil {
+			return nil, err
 		}
 		return s, nil
 	}
@@ -520,6 +523,16 @@ func (b *bench) ensureServer(ctx context.Context, key string) (*server, error) {
 			env: []string{"SHEBA_LIMITS_ADAPTIVE=true", "SHEBA_LIMITS_MIN_INFLIGHT=" + strconv.Itoa(b.opts.inflightLow)}})
 	case srvRedis:
 		s, err = b.startRedis(ctx)
+	case srvShebaHook, srvShebaHookCached, srvShebaExtAuthz:
+		h := hookedShebas[key]
+		var hook *server
+		if hook, err = b.ensureServer(ctx, h.hook); err == nil {
+			s, err = b.startSheba(ctx, key, shebaConfig{maxInflight: b.opts.inflightHigh, sampler: "always_off", env: hookEnv(h.protocol, h.url(hook))})
+		}
+	case srvHookEcho:
+		s, err = b.startHookEcho(ctx, key, "continue")
+	case srvHookEchoCached:
+		s, err = b.startHookEcho(ctx, key, "cached")
 	case srvShebaTrace:
 		s, err = b.startSheba(ctx, key, shebaConfig{maxInflight: b.opts.inflightHigh, sampler: "always_on"})
 	case srvHTTPPing:
@@ -555,6 +568,7 @@ func (b *bench) runScenario(ctx context.Context, s scenario) (scenarioReport, er
 	sr := scenarioReport{Name: s.name, About: s.about, Concurrency: s.conc, ByOK: s.byOK}
 	sides := []side{s.a, s.b}
 	srvs := make([]*server, 2)
+	hooks := make([]*server, 2)
 	loads := make([]load, 2)
 	for i, sd := range sides {
 		srv, err := b.ensureServer(ctx, sd.server)
@@ -562,8 +576,12 @@ func (b *bench) runScenario(ctx context.Context, s scenario) (scenarioReport, er
 			return sr, err
 		}
 		srvs[i] = srv
+		// Started with the hooked sheba: this only looks it up.
+		if hooks[i], err = b.ensureServer(ctx, sd.hook); err != nil {
+			return sr, err
+		}
 		loads[i] = sd.load(srv)
-		sr.Sides = append(sr.Sides, sideReport{Label: sd.label, Tool: loads[i].tool(), Server: sd.server, Expect: sd.expect})
+		sr.Sides = append(sr.Sides, sideReport{Label: sd.label, Tool: loads[i].tool(), Server: sd.server, HookServer: sd.hook, Expect: sd.expect})
 	}
 	env := loadEnv{pin: b.pin, cpu: b.opts.loadCPU, conc: s.conc, dir: b.dir, timeout: 60 * time.Second}
 	if b.opts.warmup > 0 {
@@ -580,7 +598,7 @@ func (b *bench) runScenario(ctx context.Context, s scenario) (scenarioReport, er
 	}
 	for pair := range b.opts.pairs {
 		for i := range sides {
-			r, err := b.measure(ctx, env, loads[i], srvs[i])
+			r, err := b.measure(ctx, env, loads[i], srvs[i], hooks[i], sides[i].hookMayCache)
 			if err != nil && ctx.Err() == nil {
 				// One failed run (a generator that could not connect in time on
 				// a busy machine, say) should not cost the whole table: retry
@@ -595,7 +613,7 @@ func (b *bench) runScenario(ctx context.Context, s scenario) (scenarioReport, er
 					}
 					loads[i] = sides[i].load(srvs[i])
 				}
-				r, err = b.measure(ctx, env, loads[i], srvs[i])
+				r, err = b.measure(ctx, env, loads[i], srvs[i], hooks[i], sides[i].hookMayCache)
 			}
 			if err != nil {
 				return sr, fmt.Errorf("pair %d, %s: %w", pair+1, sides[i].label, err)
@@ -607,18 +625,24 @@ func (b *bench) runScenario(ctx context.Context, s scenario) (scenarioReport, er
 		}
 	}
 	sr.summarize()
+	sr.Figures = s.figures(sr)
 	fmt.Fprintf(b.stderr, "sheba-bench:   %s %.0f/s vs %s %.0f/s: ratio %.2f\n",
 		sr.Sides[0].Label, sr.Sides[0].Summary.Rate, sr.Sides[1].Label, sr.Sides[1].Summary.Rate, sr.Ratio)
 	return sr, nil
 }
 
 // measure runs one load and records the server's peak RSS during it, the
-// CPU the server process and Postgres used, and how busy the two CPUs were.
-func (b *bench) measure(ctx context.Context, env loadEnv, l load, srv *server) (result, error) {
+// CPU the server process and Postgres used, and how busy the two CPUs were;
+// with a hook server, its CPU and checks apart (hookMeter).
+func (b *bench) measure(ctx context.Context, env loadEnv, l load, srv, hook *server, hookMayCache bool) (result, error) {
 	pid := 0
 	if srv != nil {
 		pid = srv.proc.pid()
 		resetPeakRSS(pid)
+	}
+	hm, err := startHookMeter(ctx, hook, hookMayCache)
+	if err != nil {
+		return result{}, err
 	}
 	pgPID := b.pg.postmasterPID()
 	cores0 := readCPUTimes()
@@ -631,12 +655,15 @@ func (b *bench) measure(ctx context.Context, env loadEnv, l load, srv *server) (
 	if err == nil && r.Requests == 0 {
 		err = errors.New("no request completed")
 	}
+	if err == nil {
+		err = hm.stop(ctx, &r, wall)
+	}
 	if err != nil {
 		return r, err
 	}
 	if pid != 0 {
-		if srv.proc.exited() {
-			return r, fmt.Errorf("%s exited during the run (%v); its last output:\n%s", srv.proc.name, srv.proc.waitErr, srv.proc.logTail(20))
+		if err := srv.proc.exitedErr(); err != nil {
+			return r, err
 		}
 		r.PeakRSSKiB, _ = peakRSSKiB(pid)
 	}

@@ -92,6 +92,14 @@ func (p *proc) exited() bool {
 	}
 }
 
+// exitedErr says that p exited, with its last output; nil while p runs.
+func (p *proc) exitedErr() error {
+	if !p.exited() {
+		return nil
+	}
+	return fmt.Errorf("%s exited during the run (%v); its last output:\n%s", p.name, p.waitErr, p.logTail(20))
+}
+
 // stop sends SIGTERM and, if the process has not exited after grace, SIGKILL.
 func (p *proc) stop(grace time.Duration) {
 	if p.exited() {

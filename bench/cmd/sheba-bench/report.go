@@ -39,16 +39,22 @@ type scenarioReport struct {
 	P99Ratio  float64   `json:"p99_ratio,omitempty"`
 	// Retries lists the runs that failed once and were run again.
 	Retries []string `json:"retries,omitempty"`
+	// Figures are the scenario's goals and, for a row whose B is A without
+	// one thing, what A adds (scenario.figures); the note under the table
+	// prints them.
+	Figures []figure `json:"figures,omitempty"`
 }
 
 type sideReport struct {
-	Label   string   `json:"label"`
-	Tool    string   `json:"tool"`
-	Server  string   `json:"server,omitempty"`
-	Expect  []string `json:"expect"`
-	Warmup  *result  `json:"warmup,omitempty"`
-	Runs    []result `json:"runs"`
-	Summary summary  `json:"summary"`
+	Label  string `json:"label"`
+	Tool   string `json:"tool"`
+	Server string `json:"server,omitempty"`
+	// HookServer is the key of the hook server the side's sheba calls.
+	HookServer string   `json:"hook_server,omitempty"`
+	Expect     []string `json:"expect"`
+	Warmup     *result  `json:"warmup,omitempty"`
+	Runs       []result `json:"runs"`
+	Summary    summary  `json:"summary"`
 }
 
 // summary is a side's row of the table: medians over its runs, errors added
@@ -69,6 +75,17 @@ type summary struct {
 	// How busy the server's and the generator's CPUs were, by anyone.
 	CPUServerCore float64 `json:"cpu_server_core_busy"`
 	CPULoadCore   float64 `json:"cpu_loadgen_core_busy"`
+	// Hook is the hook server's share, for a side with one.
+	Hook *hookSummary `json:"hook,omitempty"`
+}
+
+// hookSummary is what a side's hook server did: medians over the runs.
+type hookSummary struct {
+	CPU float64 `json:"cpu"`
+	// CPUPerReqUS is the hook server's CPU time per request of the side
+	// (not per check: with a cache, most requests make none).
+	CPUPerReqUS  float64 `json:"cpu_per_req_us"`
+	ChecksPerReq float64 `json:"checks_per_req"`
 }
 
 func reportOptions(o options, b *bench) map[string]any {
@@ -116,7 +133,7 @@ func (s scenarioReport) rate(r result) float64 {
 func (s *scenarioReport) summarize() {
 	for i := range s.Sides {
 		sd := &s.Sides[i]
-		var rate, rps, ok, p50, p99, cs, cl, ccs, ccl, cpr []float64
+		var rate, rps, ok, p50, p99, cs, cl, ccs, ccl, cpr, hc, hcpr, hpr []float64
 		sum := summary{Errors: map[string]int64{}}
 		for _, r := range sd.Runs {
 			rate = append(rate, s.rate(r))
@@ -129,8 +146,11 @@ func (s *scenarioReport) summarize() {
 			ccs = append(ccs, r.CPUServerCore)
 			ccl = append(ccl, r.CPULoadCore)
 			if r.Requests > 0 {
-				cpr = append(cpr, r.CPUServerSec/float64(r.Requests)*1e6)
+				cpr = append(cpr, cpuPerReq(r)*1e6)
+				hcpr = append(hcpr, r.CPUHookSec/float64(r.Requests)*1e6)
+				hpr = append(hpr, float64(r.HookChecks)/float64(r.Requests))
 			}
+			hc = append(hc, r.CPUHook)
 			for k, v := range r.Statuses {
 				if !slices.Contains(sd.Expect, k) {
 					sum.Errors[k] += v
@@ -146,6 +166,9 @@ func (s *scenarioReport) summarize() {
 		sum.CPUServer, sum.CPULoadgen = median(cs), median(cl)
 		sum.CPUServerCore, sum.CPULoadCore = median(ccs), median(ccl)
 		sum.CPUPerReqUS = median(cpr)
+		if sd.HookServer != "" {
+			sum.Hook = &hookSummary{CPU: median(hc), CPUPerReqUS: median(hcpr), ChecksPerReq: median(hpr)}
+		}
 		sd.Summary = sum
 	}
 	if len(s.Sides) != 2 {
@@ -153,15 +176,9 @@ func (s *scenarioReport) summarize() {
 	}
 	a, b := s.Sides[0].Runs, s.Sides[1].Runs
 	s.Ratios, s.P99Ratios, s.CPURatios = nil, nil, nil
-	perReq := func(r result) float64 {
-		if r.Requests == 0 {
-			return 0
-		}
-		return r.CPUServerSec / float64(r.Requests)
-	}
 	for i := 0; i < len(a) && i < len(b); i++ {
-		if pb := perReq(b[i]); pb > 0 {
-			s.CPURatios = append(s.CPURatios, perReq(a[i])/pb)
+		if pb := cpuPerReq(b[i]); pb > 0 {
+			s.CPURatios = append(s.CPURatios, cpuPerReq(a[i])/pb)
 		}
 		if rb := s.rate(b[i]); rb > 0 {
 			s.Ratios = append(s.Ratios, s.rate(a[i])/rb)
@@ -171,6 +188,15 @@ func (s *scenarioReport) summarize() {
 		}
 	}
 	s.Ratio, s.P99Ratio, s.CPURatio = median(s.Ratios), median(s.P99Ratios), median(s.CPURatios)
+}
+
+// cpuPerReq is the server CPU time of a run per request, in seconds; 0
+// for a run without requests.
+func cpuPerReq(r result) float64 {
+	if r.Requests == 0 {
+		return 0
+	}
+	return r.CPUServerSec / float64(r.Requests)
 }
 
 // spread shows the lowest and highest of the pair ratios.
@@ -291,6 +317,11 @@ func notes(rep report) []string {
 	}
 	if _, ok := byName["readyz"]; ok {
 		out = append(out, "readyz: sheba answers from the state of its periodic health check, the baseline pings Postgres on every request")
+	}
+	for _, s := range rep.Scenarios {
+		if len(s.Figures) > 0 {
+			out = append(out, s.Name+": "+strings.Join(figureStrings(s.Figures), "; "))
+		}
 	}
 	// The CPUs were busier than the processes under test made them: other
 	// work on the machine competed with the runs.

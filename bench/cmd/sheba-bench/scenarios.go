@@ -16,6 +16,14 @@ type side struct {
 	// expect lists the answers that are not errors.
 	expect []string
 	load   func(s *server) load
+	// hook is the key in bench.servers of the hook server this side's sheba
+	// calls ("" for none). Each run counts the hook server's CPU and the
+	// checks it answered apart from the server's; a run in which it answered
+	// fewer checks than 9 in 10 requests fails (a hook sheba does not call
+	// measures nothing), unless hookMayCache: sheba may answer from its
+	// cache of the hook's decisions.
+	hook         string
+	hookMayCache bool
 }
 
 // scenario is one row pair of the table: A (sheba) against B (its
@@ -31,6 +39,12 @@ type scenario struct {
 	// unavailable, when set, says why the scenario cannot run with this
 	// build; the table shows the reason instead of numbers.
 	unavailable string
+	// goal and moonshot, when set, are the least ratio the issue asks for
+	// and the one it hopes for; the note under the table checks them.
+	goal, moonshot float64
+	// added: B is A without one thing (the hook), so the note and the JSON
+	// give what A adds per request: server CPU, p50 and p99.
+	added bool
 }
 
 // Server keys of bench.servers.
@@ -43,15 +57,22 @@ const (
 	srvRedis      = "redis"
 	// sheba with the adaptive concurrency limit.
 	srvShebaAdaptive = "sheba-adaptive"
-	srvHTTPPing      = "httpping"
-	srvGRPCPing      = "grpcping"
-	srvPGPing        = "pgping"
+	// sheba with an external request hook, and the hook servers
+	// (bench/baseline/hookecho) they call.
+	srvShebaHook       = "sheba-hook"
+	srvShebaHookCached = "sheba-hook-cached"
+	srvShebaExtAuthz   = "sheba-hook-ext-authz"
+	srvHookEcho        = "hookecho"
+	srvHookEchoCached  = "hookecho-cached"
+	srvHTTPPing        = "httpping"
+	srvGRPCPing        = "grpcping"
+	srvPGPing          = "pgping"
 )
 
 // loadScenarioNames are the scenarios of the main table, in the order they
 // run.
 var loadScenarioNames = []string{"ping-rest", "ping-grpc", "error-rest", "readyz", "get-subscription", "get-subscription-pgbench", "login-overload", "ping-rest-traced",
-	"ping-rest-redis", "adaptive-overload"}
+	"ping-rest-redis", "adaptive-overload", "hook-echo", "hook-echo-subscription", "hook-cached", "hook-ext-authz"}
 
 // scenarioNames is every scenario in the order they run: the load
 // scenarios, then the webhook ones.
@@ -180,5 +201,5 @@ func (b *bench) scenarios() []scenario {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		all[len(all)-2].unavailable = "n/a (redis-server not installed)"
 	}
-	return all
+	return append(all, b.hookScenarios(wrkGet("/v1/ping", hdr), getSub)...)
 }

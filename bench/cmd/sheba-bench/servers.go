@@ -173,6 +173,15 @@ func (b *bench) startBaseline(ctx context.Context, name, bin string, grpcServer 
 // startSink starts the no-op OTLP collector (this binary's otlpsink) on the
 // load generator's CPU: in production the collector is elsewhere.
 func (b *bench) startSink(ctx context.Context) (*server, error) {
+	return b.startHTTPGRPC(ctx, "otlpsink", b.opts.loadCPU, func(httpAddr, grpcAddr string) []string {
+		return []string{b.self, "otlpsink", "-http", httpAddr, "-grpc", grpcAddr}
+	})
+}
+
+// startHTTPGRPC starts argv(httpAddr, grpcAddr) pinned to cpu: a helper
+// that listens on both, on free ports of 127.0.0.1, before it serves either.
+// It waits until the http listener answers GET /.
+func (b *bench) startHTTPGRPC(ctx context.Context, name string, cpu int, argv func(httpAddr, grpcAddr string) []string) (*server, error) {
 	hp, err := freePort()
 	if err != nil {
 		return nil, err
@@ -181,10 +190,9 @@ func (b *bench) startSink(ctx context.Context) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &server{httpURL: fmt.Sprintf("http://127.0.0.1:%d", hp), grpcAddr: fmt.Sprintf("127.0.0.1:%d", gp)}
-	s.proc, err = startProc("otlpsink", b.dir, nil, b.pin.command(b.opts.loadCPU, b.self, "otlpsink",
-		"-http", fmt.Sprintf("127.0.0.1:%d", hp), "-grpc", s.grpcAddr)...)
-	if err != nil {
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", hp)
+	s := &server{httpURL: "http://" + httpAddr, grpcAddr: fmt.Sprintf("127.0.0.1:%d", gp)}
+	if s.proc, err = startProc(name, b.dir, nil, b.pin.command(cpu, argv(httpAddr, s.grpcAddr)...)...); err != nil {
 		return nil, err
 	}
 	if err := s.proc.waitReady(ctx, 10*time.Second, func(ctx context.Context) error { return httpAny(ctx, s.httpURL+"/") }); err != nil {

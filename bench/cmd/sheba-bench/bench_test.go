@@ -96,6 +96,30 @@ func TestShebaYAML(t *testing.T) {
 	}
 }
 
+// TestHookEnv loads the hooked sheba's environment with sheba's own
+// loader, as TestShebaYAML does the config file.
+func TestHookEnv(t *testing.T) {
+	env := map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:5432/sheba?sslmode=disable"}
+	for _, kv := range hookEnv(config.HookExtAuthz, "grpc://127.0.0.1:19091") {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	cfg, err := config.Load("", func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err != nil {
+		t.Fatalf("config.Load: %v", err)
+	}
+	want := config.Hook{URL: "grpc://127.0.0.1:19091", Protocol: config.HookExtAuthz, Timeout: time.Second, FailureMode: config.HookFailClosed}
+	got := cfg.Hook
+	got.Methods, got.SendBody, got.Headers, got.CacheEntries = nil, false, nil, 0
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("hook config (-want +got):\n%s", diff)
+	}
+	// The cached row needs a cache; every row needs every business call.
+	if cfg.Hook.CacheEntries == 0 || len(cfg.Hook.Methods) != 0 {
+		t.Errorf("hook cache_entries %d, methods %q: want the defaults (a cache, every method)", cfg.Hook.CacheEntries, cfg.Hook.Methods)
+	}
+}
+
 func TestWrkScript(t *testing.T) {
 	var b strings.Builder
 	err := wrkTemplate.Execute(&b, wrkScript{

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/shebasvc/sheba/config"
 )
 
 // hookedShebas are the hooked sheba processes: the hook server each calls,
@@ -20,9 +22,9 @@ var hookedShebas = map[string]struct {
 	hook, protocol string
 	url            func(hook *server) string
 }{
-	srvShebaHook:       {srvHookEcho, "http", hookHTTPURL},
-	srvShebaHookCached: {srvHookEchoCached, "http", hookHTTPURL},
-	srvShebaExtAuthz:   {srvHookEcho, "ext_authz", func(h *server) string { return "grpc://" + h.grpcAddr }},
+	srvShebaHook:       {srvHookEcho, config.HookHTTP, hookHTTPURL},
+	srvShebaHookCached: {srvHookEchoCached, config.HookHTTP, hookHTTPURL},
+	srvShebaExtAuthz:   {srvHookEcho, config.HookExtAuthz, func(h *server) string { return "grpc://" + h.grpcAddr }},
 }
 
 // hookHTTPURL is where a hookecho answers the http protocol: any path but
@@ -109,7 +111,7 @@ func hookEnv(protocol, url string) []string {
 		"SHEBA_HOOK_URL=" + url,
 		"SHEBA_HOOK_PROTOCOL=" + protocol,
 		"SHEBA_HOOK_TIMEOUT=1s",
-		"SHEBA_HOOK_FAILURE_MODE=closed",
+		"SHEBA_HOOK_FAILURE_MODE=" + config.HookFailClosed,
 	}
 }
 

@@ -328,7 +328,12 @@ func notes(rep report) []string {
 	var others float64
 	for _, s := range byName {
 		for _, sd := range s.Sides {
-			others = max(others, sd.Summary.CPUServerCore-sd.Summary.CPUServer, sd.Summary.CPULoadCore-sd.Summary.CPULoadgen)
+			// A hook server runs on the server CPU and is not in CPUServer.
+			srv := sd.Summary.CPUServer
+			if sd.Summary.Hook != nil {
+				srv += sd.Summary.Hook.CPU
+			}
+			others = max(others, sd.Summary.CPUServerCore-srv, sd.Summary.CPULoadCore-sd.Summary.CPULoadgen)
 		}
 	}
 	if others > 0.15 {

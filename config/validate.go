@@ -445,6 +445,9 @@ func checkHookURL(raw, protocol string) *Error {
 	if u.Host == "" || u.Port() == "" && u.Scheme != "http" && u.Scheme != "https" {
 		return bad("hook.url", "must name a host and port, as %s://127.0.0.1:9000; got %q", u.Scheme, raw)
 	}
+	if u.Scheme == "grpc" && (u.Path != "" || u.RawQuery != "") {
+		return bad("hook.url", "must be grpc://host:port, with no path (the service is Envoy's Authorization); got %q", raw)
+	}
 	return nil
 }
 

@@ -477,6 +477,12 @@ func TestValidate(t *testing.T) {
 			wantMsg: "hook.url: must name a host and port",
 		},
 		{
+			name:    "hook.url of ext_authz with a path",
+			change:  func(c *Config) { c.Hook.URL, c.Hook.Protocol = "grpc://127.0.0.1:9001/check", HookExtAuthz },
+			wantKey: "hook.url",
+			wantMsg: "hook.url: must be grpc://host:port, with no path",
+		},
+		{
 			name:    "hook.methods",
 			change:  func(c *Config) { c.Hook.Methods = []string{"CreateSubscription"} },
 			wantKey: "hook.methods[0]",

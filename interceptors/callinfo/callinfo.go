@@ -39,9 +39,25 @@ type HTTP struct {
 
 type httpKey struct{}
 
-// WithHTTP returns ctx carrying h.
-func WithHTTP(ctx context.Context, h *HTTP) context.Context {
-	return context.WithValue(ctx, httpKey{}, h)
+// httpContext carries an HTTP inline, as infoContext does an Info: one
+// allocation for both.
+type httpContext struct {
+	context.Context
+	http HTTP
+}
+
+func (c *httpContext) Value(k any) any {
+	if k == (httpKey{}) {
+		return &c.http
+	}
+	return c.Context.Value(k)
+}
+
+// WithHTTP returns ctx carrying a copy of h, and that copy, which the
+// chain reads and adds to.
+func WithHTTP(ctx context.Context, h HTTP) (context.Context, *HTTP) {
+	c := &httpContext{Context: ctx, http: h}
+	return c, &c.http
 }
 
 // HTTPFromContext returns the HTTP of the REST call in ctx, or nil.

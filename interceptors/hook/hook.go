@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -101,21 +102,28 @@ func (h *interceptor) intercept(ctx context.Context, req any, info *grpc.UnarySe
 	msg, _ := req.(proto.Message)
 	ci := callinfo.FromContext(ctx)
 	web := callinfo.HTTPFromContext(ctx)
-	call := h.call(ctx, info.FullMethod, msg, ci, web)
+	var caller string
+	if ci != nil {
+		caller = ci.CallerID
+	}
+	headers := h.headers(ctx, web)
 
 	var key cacheKey
+	cacheable := false
 	if h.cache != nil {
-		key = h.key(call, msg)
+		key, cacheable = h.key(caller, info.FullMethod, headers, msg)
+	}
+	if cacheable {
 		if e, ok := h.cache.Get(key); ok {
 			if h.o.now().Before(e.until) {
 				h.outcome(ci, ResultCached, "")
-				return h.decided(ctx, req, handler, e.d, web)
+				return h.decided(ctx, req, handler, e.d, ci, web)
 			}
 			h.cache.Remove(key)
 		}
 	}
 
-	d, replacement, err := h.ask(ctx, call, msg)
+	d, replacement, err := h.ask(ctx, h.call(ctx, info.FullMethod, msg, ci, web, headers), msg)
 	if gone, ok := errors.AsType[callerGone](err); ok {
 		h.outcome(ci, ResultError, gone.Error())
 		if errors.Is(ctx.Err(), context.Canceled) {
@@ -134,7 +142,7 @@ func (h *interceptor) intercept(ctx context.Context, req any, info *grpc.UnarySe
 	if replacement != nil {
 		req = replacement
 	}
-	if h.cache != nil && d.CacheFor > 0 && d.Body == nil && headerBytes(d.ResponseHeaders) <= maxCachedHeaderBytes {
+	if cacheable && d.CacheFor > 0 && d.Body == nil && headerBytes(d.ResponseHeaders) <= maxCachedHeaderBytes {
 		h.cache.Add(key, cachedDecision{d: d, until: h.o.now().Add(d.CacheFor)})
 	}
 	if d.Break != 0 {
@@ -142,32 +150,51 @@ func (h *interceptor) intercept(ctx context.Context, req any, info *grpc.UnarySe
 	} else {
 		h.outcome(ci, ResultContinue, "")
 	}
-	return h.decided(ctx, req, handler, d, web)
+	return h.decided(ctx, req, handler, d, ci, web)
+}
+
+// headers returns the allowlisted request headers the call carries, by
+// name; nil when it carries none.
+func (h *interceptor) headers(ctx context.Context, web *callinfo.HTTP) map[string][]string {
+	if len(h.o.headers) == 0 {
+		return nil
+	}
+	var md metadata.MD
+	if web == nil {
+		md, _ = metadata.FromIncomingContext(ctx)
+	}
+	var out map[string][]string
+	for _, name := range h.o.headers {
+		var vs []string
+		if web != nil {
+			vs = web.Header.Values(name)
+		} else {
+			vs = md[name]
+		}
+		if len(vs) == 0 {
+			continue
+		}
+		if out == nil {
+			out = make(map[string][]string, len(h.o.headers))
+		}
+		out[name] = vs
+	}
+	return out
 }
 
 // call describes the call for the hook.
-func (h *interceptor) call(ctx context.Context, method string, msg proto.Message, ci *callinfo.Info, web *callinfo.HTTP) *Call {
-	c := &Call{Method: method}
+func (h *interceptor) call(ctx context.Context, method string, msg proto.Message, ci *callinfo.Info, web *callinfo.HTTP, headers map[string][]string) *Call {
+	c := &Call{Method: method, Headers: headers}
 	if ci != nil {
 		c.ID, c.CallerID = ci.RequestID, ci.CallerID
 	}
 	if web != nil {
 		c.Transport, c.HTTPMethod, c.Path, c.Authority = TransportREST, web.Method, web.Target, web.Host
-		for _, name := range h.o.headers {
-			if vs := web.Header.Values(name); len(vs) > 0 {
-				c.addHeader(name, vs)
-			}
-		}
 	} else {
 		c.Transport, c.HTTPMethod, c.Path = TransportGRPC, http.MethodPost, method
 		md, _ := metadata.FromIncomingContext(ctx)
 		if a := md[":authority"]; len(a) > 0 {
 			c.Authority = a[0]
-		}
-		for _, name := range h.o.headers {
-			if vs := md[name]; len(vs) > 0 {
-				c.addHeader(name, vs)
-			}
 		}
 	}
 	if h.o.sendBody {
@@ -176,18 +203,14 @@ func (h *interceptor) call(ctx context.Context, method string, msg proto.Message
 	return c
 }
 
-func (c *Call) addHeader(name string, values []string) {
-	if c.Headers == nil {
-		c.Headers = make(map[string][]string, 2)
-	}
-	c.Headers[name] = values
-}
-
 // keyBuffers hold the bytes a cache key is the digest of.
 var keyBuffers = sync.Pool{New: func() any { return new([]byte) }}
 
-// key returns the cache key of call.
-func (h *interceptor) key(call *Call, msg proto.Message) cacheKey {
+// key returns the cache key of a call: what the hook sees of it but its
+// request id and, when the hook is not sent the body, its body. It
+// reports false for a call whose message does not marshal, which is never
+// cached.
+func (h *interceptor) key(caller, method string, headers map[string][]string, msg proto.Message) (cacheKey, bool) {
 	bp := keyBuffers.Get().(*[]byte)
 	b := (*bp)[:0]
 	// Each part with its length first, so no two keys' parts run together.
@@ -195,45 +218,51 @@ func (h *interceptor) key(call *Call, msg proto.Message) cacheKey {
 		b = binary.AppendUvarint(b, uint64(len(s)))
 		b = append(b, s...)
 	}
-	part(call.CallerID)
-	part(call.Method)
+	part(caller)
+	part(method)
 	for _, name := range h.o.headers {
-		vs := call.Headers[name]
+		vs := headers[name]
 		b = binary.AppendUvarint(b, uint64(len(vs)))
 		for _, v := range vs {
 			part(v)
 		}
 	}
-	if call.Body != nil && msg != nil {
+	ok := true
+	if h.o.sendBody && msg != nil {
 		var err error
 		b, err = proto.MarshalOptions{Deterministic: true}.MarshalAppend(b, msg)
-		if err != nil {
-			// A message that does not marshal cannot be sent either;
-			// keep it out of the cache by a key no other call has.
-			b = append(b, call.ID...)
-		}
+		ok = err == nil
 	}
 	k := cacheKey(sha256.Sum256(b))
 	*bp = b
 	keyBuffers.Put(bp)
-	return k
+	return k, ok
 }
 
 // ask calls the hook through the breaker, under the hook's timeout, and
 // returns its decision and the request it puts in place of msg, if any.
 // An answer whose replacement is not a valid request is a failure.
 func (h *interceptor) ask(ctx context.Context, call *Call, msg proto.Message) (Decision, proto.Message, error) {
-	hctx, cancel := context.WithTimeout(ctx, h.o.timeout)
-	defer cancel()
-	var span trace.Span
-	if h.o.tracer != nil {
-		hctx, span = h.o.tracer.Start(hctx, "sheba.hook", trace.WithSpanKind(trace.SpanKindClient))
-		defer span.End()
-	}
 	var replacement proto.Message
-	d, err := h.breaker.Execute(func() (Decision, error) {
+	d, err := h.breaker.Execute(func() (d Decision, err error) {
+		// Within the breaker, so that a call the breaker refuses makes
+		// no span nor timer.
+		hctx, cancel := context.WithTimeout(ctx, h.o.timeout)
+		defer cancel()
+		if h.o.tracer != nil {
+			var span trace.Span
+			hctx, span = h.o.tracer.Start(hctx, "sheba.hook", trace.WithSpanKind(trace.SpanKindClient))
+			defer func() {
+				if err != nil {
+					span.SetStatus(otelcodes.Error, err.Error())
+				} else {
+					span.SetAttributes(attribute.Int("sheba.hook.break", d.Break))
+				}
+				span.End()
+			}()
+		}
 		start := time.Now()
-		d, err := h.client.Check(hctx, call)
+		d, err = h.client.Check(hctx, call)
 		h.o.metrics.observe(time.Since(start).Seconds())
 		if err != nil {
 			if ctx.Err() != nil {
@@ -248,13 +277,6 @@ func (h *interceptor) ask(ctx context.Context, call *Call, msg proto.Message) (D
 		}
 		return d, nil
 	})
-	if span != nil {
-		if err != nil {
-			span.SetStatus(otelcodes.Error, err.Error())
-		} else {
-			span.SetAttributes(attribute.Int("sheba.hook.break", d.Break))
-		}
-	}
 	return d, replacement, err
 }
 
@@ -275,10 +297,16 @@ func (h *interceptor) replace(ctx context.Context, msg proto.Message, body []byt
 }
 
 // decided does what d says: add its headers, then answer the break or call
-// the handler.
-func (h *interceptor) decided(ctx context.Context, req any, handler grpc.UnaryHandler, d Decision, web *callinfo.HTTP) (any, error) {
+// the handler. A break's retry-after (whole seconds) becomes the answer's
+// retry hint, which sheba sends as Retry-After and RetryInfo alike.
+func (h *interceptor) decided(ctx context.Context, req any, handler grpc.UnaryHandler, d Decision, ci *callinfo.Info, web *callinfo.HTTP) (any, error) {
 	addHeaders(ctx, web, d.ResponseHeaders)
 	if d.Break != 0 {
+		if ra := d.ResponseHeaders["retry-after"]; len(ra) > 0 && ci != nil {
+			if n, err := strconv.Atoi(ra[0]); err == nil && n > 0 {
+				ci.RetryAfter = time.Duration(n) * time.Second
+			}
+		}
 		return nil, breakError(d)
 	}
 	return handler(ctx, req)
@@ -295,7 +323,8 @@ func (h *interceptor) failed(ctx context.Context, req any, handler grpc.UnaryHan
 // outcome records the hook's result for the log line and the metrics.
 func (h *interceptor) outcome(ci *callinfo.Info, result, errText string) {
 	if ci != nil {
-		ci.Hook, ci.HookError = result, errText
+		// The hook's own text is quoted in a log line: bounded.
+		ci.Hook, ci.HookError = result, reason.Clip(reason.ValidUTF8(errText))
 	}
 	h.o.metrics.count(result)
 }
@@ -379,7 +408,9 @@ func reserved(name string) bool {
 	}
 	switch name {
 	case "content-type", "content-length", "content-encoding", "transfer-encoding", "connection",
-		"keep-alive", "te", "trailer", "upgrade", "vary", "date", "x-request-id":
+		"keep-alive", "te", "trailer", "upgrade", "vary", "date", "x-request-id",
+		// sheba sets it on every 429 and 503 (a break's becomes its hint).
+		"retry-after":
 		return true
 	}
 	return false

@@ -14,8 +14,7 @@ import (
 func BenchmarkCachedDecision(b *testing.B) {
 	var calls atomic.Int32
 	intercept := UnaryServerInterceptor(answering(Decision{CacheFor: time.Hour}, &calls), WithCache(100), WithMetrics(NewMetrics()))
-	web := &callinfo.HTTP{Method: http.MethodGet, Target: "/v1/ping", Host: "localhost", Header: http.Header{"User-Agent": {"wrk"}}}
-	ctx, _ := callCtx("bench", web)
+	ctx, _ := restCtx("bench", callinfo.HTTP{Method: http.MethodGet, Target: "/v1/ping", Host: "localhost", Header: http.Header{"User-Agent": {"wrk"}}})
 	req := subscriptionReq("pro")
 	var h handled
 	b.ReportAllocs()

@@ -59,9 +59,15 @@ func callCtx(caller string, web *callinfo.HTTP) (context.Context, *callinfo.Info
 	ctx, ci := callinfo.New(context.Background(), "req-1")
 	ci.CallerID = caller
 	if web != nil {
-		ctx = callinfo.WithHTTP(ctx, web)
+		ctx, _ = callinfo.WithHTTP(ctx, *web)
 	}
 	return ctx, ci
+}
+
+// restCtx is callCtx over REST, and the HTTP the chain adds to.
+func restCtx(caller string, web callinfo.HTTP) (context.Context, *callinfo.HTTP) {
+	ctx, _ := callCtx(caller, nil)
+	return callinfo.WithHTTP(ctx, web)
 }
 
 func subscriptionReq(plan string) *shebav1.CreateSubscriptionRequest {
@@ -388,11 +394,10 @@ func TestCallOverREST(t *testing.T) {
 		}}, nil
 	})
 	intercept := UnaryServerInterceptor(client, WithHeaders("user-agent", "x-api-key", "x-tenant"), WithSendBody(false))
-	web := &callinfo.HTTP{
+	ctx, web := restCtx("billing", callinfo.HTTP{
 		Method: http.MethodPost, Target: "/v1/accounts/1/subscription?x=1", Host: "api.example",
 		Header: http.Header{"User-Agent": {"curl/8.5.0"}, "X-Api-Key": {"secret"}, "Accept": {"*/*"}},
-	}
-	ctx, _ := callCtx("billing", web)
+	})
 	var h handled
 	if _, err := intercept(ctx, subscriptionReq("pro"), info, h.handler); err != nil {
 		t.Fatal(err)
@@ -431,5 +436,23 @@ func TestCallOverGRPC(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got, cmp.Comparer(proto.Equal)); diff != "" {
 		t.Errorf("call mismatch (-want +got):\n%s", diff)
+	}
+}
+
+func TestBreakRetryAfter(t *testing.T) {
+	var calls atomic.Int32
+	intercept := UnaryServerInterceptor(answering(Decision{Break: 429, ResponseHeaders: map[string][]string{"retry-after": {"30"}, "x-rule": {"quota"}}}, &calls))
+	ctx, web := restCtx("billing", callinfo.HTTP{Method: http.MethodPost, Header: http.Header{}})
+	ci := callinfo.FromContext(ctx)
+	var h handled
+	if _, err := intercept(ctx, subscriptionReq("pro"), info, h.handler); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("got %v, want ResourceExhausted", err)
+	}
+	if ci.RetryAfter != 30*time.Second {
+		t.Errorf("got retry hint %v, want the hook's 30s", ci.RetryAfter)
+	}
+	// sheba writes Retry-After itself, from the hint: once.
+	if diff := cmp.Diff(http.Header{"X-Rule": {"quota"}}, web.ResponseHeader); diff != "" {
+		t.Errorf("answer headers mismatch (-want +got):\n%s", diff)
 	}
 }

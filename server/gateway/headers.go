@@ -60,8 +60,8 @@ func outgoingHeader(key string) (string, bool) {
 
 // shareRequest returns r carrying its callinfo.HTTP (Options.ShareRequest).
 func shareRequest(r *http.Request) *http.Request {
-	h := &callinfo.HTTP{Method: r.Method, Target: r.URL.RequestURI(), Host: r.Host, Header: r.Header}
-	return r.WithContext(callinfo.WithHTTP(r.Context(), h))
+	ctx, _ := callinfo.WithHTTP(r.Context(), callinfo.HTTP{Method: r.Method, Target: r.URL.RequestURI(), Host: r.Host, Header: r.Header})
+	return r.WithContext(ctx)
 }
 
 // addChainHeaders is the forward-response option that writes, on a

@@ -436,6 +436,10 @@ func checkHookURL(raw, protocol string) *Error {
 	if err != nil || !slices.Contains(schemes, u.Scheme) {
 		return bad("hook.url", "must be a URL of scheme %s for protocol %s, got %q", strings.Join(schemes, ", "), protocol, raw)
 	}
+	if u.User != nil {
+		// The hook's client sends no credentials: they would be dropped.
+		return bad("hook.url", "must not hold a user or password")
+	}
 	if u.Scheme == "unix" {
 		if u.Host != "" || !strings.HasPrefix(u.Path, "/") || len(u.Path) < 2 {
 			return bad("hook.url", "must name a socket by its absolute path, as unix:///run/hook.sock; got %q", raw)
@@ -457,7 +461,8 @@ func checkHookHeaders(names []string) *Error {
 	for i, n := range names {
 		key := fmt.Sprintf("hook.headers[%d]", i)
 		switch {
-		case n == "x-api-key" || n == "authorization":
+		// apikey.CarriesKey, which the hook applies too.
+		case n == "x-api-key" || n == "authorization" || n == "grpc-metadata-x-api-key" || n == "grpc-metadata-authorization":
 			return bad(key, "%q carries the API key, which the hook never sees", n)
 		case !validHeaderName(n):
 			return bad(key, "must be a header name in lowercase, such as \"user-agent\", got %q", n)

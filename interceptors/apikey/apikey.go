@@ -22,6 +22,16 @@ const (
 	AuthorizationKey = "authorization"
 )
 
+// CarriesKey reports whether a request header or metadata name carries an
+// API key: x-api-key or authorization, in any case, also in the
+// Grpc-Metadata- form through which REST clients send metadata. Nothing
+// outside the chain's own check may be told such a header.
+func CarriesKey(name string) bool {
+	name = strings.ToLower(name)
+	name = strings.TrimPrefix(name, "grpc-metadata-")
+	return name == MetadataKey || name == AuthorizationKey
+}
+
 // Key is a configured API key: its caller id and the SHA-256 of the key.
 type Key struct {
 	ID     string

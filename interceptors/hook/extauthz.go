@@ -2,16 +2,17 @@ package hook
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
@@ -45,12 +46,21 @@ func NewExtAuthzClient(target string) (*ExtAuthzClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	conn, err := grpc.NewClient(dial, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(dial, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		// The hook is a local service: a proxy from the environment must
+		// not redirect it.
+		grpc.WithNoProxy(),
+		// grpc's reconnect backoff grows to 2 minutes: a hook back after an
+		// outage would go unused that long.
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: extAuthzBackoff, MinConnectTimeout: 5 * time.Second}))
 	if err != nil {
 		return nil, fmt.Errorf("ext_authz client of %q: %w", target, err)
 	}
 	return &ExtAuthzClient{conn: conn, authz: authv3.NewAuthorizationClient(conn)}, nil
 }
+
+// extAuthzBackoff redials a hook that went away within a second or two.
+var extAuthzBackoff = backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second}
 
 // extAuthzDialTarget turns a hook target into grpc's own target syntax.
 func extAuthzDialTarget(target string) (string, error) {
@@ -146,11 +156,9 @@ func extAuthzDecision(resp *authv3.CheckResponse) (Decision, error) {
 		return Decision{}, fmt.Errorf("ext_authz check: the hook answered an error_response (status %d %q)",
 			resp.GetStatus().GetCode(), resp.GetStatus().GetMessage())
 	}
-	st := resp.GetStatus()
-	switch {
-	case st == nil && resp.GetOkResponse() == nil:
-		return Decision{}, errors.New("ext_authz check: the hook answered neither a status nor an ok_response")
-	case st.GetCode() == 0:
+	// As Envoy does: a status of code OK, or none (whose code reads as 0),
+	// lets the call go on, whatever else the answer holds.
+	if resp.GetStatus().GetCode() == 0 {
 		return Decision{ResponseHeaders: extAuthzHeaders(resp.GetOkResponse().GetResponseHeadersToAdd())}, nil
 	}
 	denied := resp.GetDeniedResponse()

@@ -271,9 +271,10 @@ func TestExtAuthzClientDecision(t *testing.T) {
 			want: Decision{Break: 403},
 		},
 		{
-			name:    "neither a status nor an ok_response",
-			answer:  &authv3.CheckResponse{},
-			wantErr: true,
+			// Envoy allows it: its status's code reads as OK.
+			name:   "an empty answer",
+			answer: &authv3.CheckResponse{},
+			want:   Decision{},
 		},
 		{
 			name: "error_response",

@@ -142,6 +142,9 @@ func (h *interceptor) intercept(ctx context.Context, req any, info *grpc.UnarySe
 	if replacement != nil {
 		req = replacement
 	}
+	// What an answer carries is bounded before it is kept or used: the
+	// cache's memory is then bounded by its entries.
+	d.Message, d.Reason = reason.Clip(d.Message), reason.Clip(d.Reason)
 	if cacheable && d.CacheFor > 0 && d.Body == nil && headerBytes(d.ResponseHeaders) <= maxCachedHeaderBytes {
 		h.cache.Add(key, cachedDecision{d: d, until: h.o.now().Add(d.CacheFor)})
 	}
@@ -203,11 +206,15 @@ func (h *interceptor) call(ctx context.Context, method string, msg proto.Message
 	return c
 }
 
+// maxKeyBuffer is the largest buffer keyBuffers keeps.
+const maxKeyBuffer = 64 << 10
+
 // keyBuffers hold the bytes a cache key is the digest of.
 var keyBuffers = sync.Pool{New: func() any { return new([]byte) }}
 
-// key returns the cache key of a call: what the hook sees of it but its
-// request id and, when the hook is not sent the body, its body. It
+// key returns the cache key of a call, as docs/hook.md#caching says: its
+// caller, method, allowlisted headers and, when the hook is sent it, its
+// body (not its transport nor request id). It
 // reports false for a call whose message does not marshal, which is never
 // cached.
 func (h *interceptor) key(caller, method string, headers map[string][]string, msg proto.Message) (cacheKey, bool) {
@@ -234,8 +241,11 @@ func (h *interceptor) key(caller, method string, headers map[string][]string, ms
 		ok = err == nil
 	}
 	k := cacheKey(sha256.Sum256(b))
-	*bp = b
-	keyBuffers.Put(bp)
+	// A buffer that grew with a large body is left to the collector.
+	if cap(b) <= maxKeyBuffer {
+		*bp = b
+		keyBuffers.Put(bp)
+	}
 	return k, ok
 }
 
@@ -374,7 +384,7 @@ func addHeaders(ctx context.Context, web *callinfo.HTTP, hs map[string][]string)
 	}
 	var md metadata.MD
 	for name, vs := range hs {
-		if reserved(name) {
+		if reserved(name) || !metadataName(name) {
 			continue
 		}
 		for _, v := range vs {
@@ -400,20 +410,38 @@ func addHeaders(ctx context.Context, web *callinfo.HTTP, hs map[string][]string)
 	}
 }
 
-// reserved reports whether a header name belongs to the transports: the
-// hook may not set it.
+// reserved reports whether a header name belongs to the transports or to
+// sheba's own answers: the hook may not set it.
 func reserved(name string) bool {
-	if name == "" || name[0] == ':' || strings.HasPrefix(name, "grpc-") || strings.HasSuffix(name, "-bin") {
+	if name == "" || name[0] == ':' || strings.HasPrefix(name, "grpc-") || strings.HasSuffix(name, "-bin") ||
+		// CORS is the operator's to grant (http.cors), not the hook's.
+		strings.HasPrefix(name, "access-control-") {
 		return true
 	}
 	switch name {
 	case "content-type", "content-length", "content-encoding", "transfer-encoding", "connection",
-		"keep-alive", "te", "trailer", "upgrade", "vary", "date", "x-request-id",
+		"keep-alive", "te", "trailer", "upgrade", "vary", "date", "www-authenticate",
+		// What sheba says of the call: its id, its limits, a replay.
+		"x-request-id", "ratelimit", "ratelimit-policy", "idempotent-replayed",
 		// sheba sets it on every 429 and 503 (a break's becomes its hint).
 		"retry-after":
 		return true
 	}
 	return false
+}
+
+// metadataName reports whether name is a valid gRPC metadata key, which
+// is a valid HTTP field name too: lowercase letters, digits, '-', '_' and
+// '.'. grpc-go sends whatever it is given, and a name outside these fails
+// the whole answer at the client.
+func metadataName(name string) bool {
+	for i := range len(name) {
+		b := name[i]
+		if !('a' <= b && b <= 'z' || '0' <= b && b <= '9' || b == '-' || b == '_' || b == '.') {
+			return false
+		}
+	}
+	return name != ""
 }
 
 // printable reports whether v is printable ASCII, all that gRPC metadata
@@ -427,12 +455,14 @@ func printable(v string) bool {
 	return true
 }
 
+// headerBytes is about the memory hs takes: its text, and a string and
+// slice header for each name and value.
 func headerBytes(hs map[string][]string) int {
 	n := 0
 	for k, vs := range hs {
-		n += len(k)
+		n += len(k) + 48
 		for _, v := range vs {
-			n += len(v)
+			n += len(v) + 16
 		}
 	}
 	return n

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -391,12 +392,17 @@ func TestCallOverREST(t *testing.T) {
 		got = c
 		return Decision{ResponseHeaders: map[string][]string{
 			"x-plan-rule": {"trial"}, "content-type": {"text/plain"}, "x-bad": {"a\nb"}, "grpc-status": {"0"},
+			"x y": {"1"}, "ratelimit": {"limit=1"}, "access-control-allow-origin": {"*"},
 		}}, nil
 	})
-	intercept := UnaryServerInterceptor(client, WithHeaders("user-agent", "x-api-key", "x-tenant"), WithSendBody(false))
+	intercept := UnaryServerInterceptor(client,
+		WithHeaders("User-Agent", "x-api-key", "Authorization", "grpc-metadata-x-api-key", "x-tenant"), WithSendBody(false))
 	ctx, web := restCtx("billing", callinfo.HTTP{
 		Method: http.MethodPost, Target: "/v1/accounts/1/subscription?x=1", Host: "api.example",
-		Header: http.Header{"User-Agent": {"curl/8.5.0"}, "X-Api-Key": {"secret"}, "Accept": {"*/*"}},
+		Header: http.Header{
+			"User-Agent": {"curl/8.5.0"}, "X-Api-Key": {"secret"}, "Authorization": {"Bearer secret"},
+			"Grpc-Metadata-X-Api-Key": {"secret"}, "Accept": {"*/*"},
+		},
 	})
 	var h handled
 	if _, err := intercept(ctx, subscriptionReq("pro"), info, h.handler); err != nil {
@@ -455,4 +461,34 @@ func TestBreakRetryAfter(t *testing.T) {
 	if diff := cmp.Diff(http.Header{"X-Rule": {"quota"}}, web.ResponseHeader); diff != "" {
 		t.Errorf("answer headers mismatch (-want +got):\n%s", diff)
 	}
+}
+
+func TestBreakMessageBounded(t *testing.T) {
+	var calls atomic.Int32
+	long := strings.Repeat("m", 1<<20)
+	intercept := UnaryServerInterceptor(answering(Decision{Break: 403, Message: long, Reason: long, CacheFor: time.Minute}, &calls), WithCache(10))
+	for range 2 {
+		ctx, _ := callCtx("billing", nil)
+		var h handled
+		_, err := intercept(ctx, subscriptionReq("pro"), info, h.handler)
+		st := status.Convert(err)
+		if len(st.Message()) > reason.MaxQuoted+len("…") {
+			t.Fatalf("got a message of %d bytes, want at most %d", len(st.Message()), reason.MaxQuoted)
+		}
+		if got := errorInfo(st).GetMetadata()[reason.HookReasonKey]; len(got) > reason.MaxQuoted+len("…") {
+			t.Fatalf("got a reason of %d bytes, want at most %d", len(got), reason.MaxQuoted)
+		}
+	}
+	if calls.Load() != 1 {
+		t.Errorf("the hook got %d calls, want 1: the break is cached, bounded", calls.Load())
+	}
+}
+
+func errorInfo(st *status.Status) *errdetails.ErrorInfo {
+	for _, d := range st.Details() {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok {
+			return ei
+		}
+	}
+	return nil
 }

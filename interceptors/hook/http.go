@@ -63,7 +63,8 @@ type HTTPOptions struct {
 // HTTPClient asks a hook over the http protocol: a JSON POST per call, on
 // connections kept alive and reused. It is safe for concurrent use.
 type HTTPClient struct {
-	url       string
+	// url is parsed once; every request shares it, unchanged.
+	url       *url.URL
 	transport *http.Transport
 	prop      propagation.TextMapPropagator
 }
@@ -124,7 +125,7 @@ func NewHTTPClient(rawURL string, o HTTPOptions) (*HTTPClient, error) {
 		return nil, fmt.Errorf("hook url %q: no host", rawURL)
 	}
 	u.Fragment, u.RawFragment = "", ""
-	return &HTTPClient{url: u.String(), transport: t, prop: o.Propagator}, nil
+	return &HTTPClient{url: u, transport: t, prop: o.Propagator}, nil
 }
 
 // httpScratch is the memory of one Check, reused across calls.
@@ -156,11 +157,21 @@ func (h *HTTPClient) Check(ctx context.Context, c *Call) (Decision, error) {
 	// on a retry), so it gets its own copy and the scratch stays ours.
 	body := bytes.Clone(s.buf.Bytes())
 	s.buf.Reset()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(body))
-	if err != nil {
-		return Decision{}, fmt.Errorf("hook request: %w", err)
-	}
-	req.Header["Content-Type"] = httpContentType
+	req := (&http.Request{
+		Method: http.MethodPost, URL: h.url, Host: h.url.Host,
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: http.Header{
+			"Content-Type": httpContentType,
+			// A check is safe to send again: so marked (and the header
+			// not sent), the transport retries it on a fresh connection
+			// when a kept-alive one turns out closed by the hook before
+			// it answered, rather than failing the call.
+			"Idempotency-Key": nil,
+		},
+		Body:          io.NopCloser(bytes.NewReader(body)),
+		GetBody:       func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil },
+		ContentLength: int64(len(body)),
+	}).WithContext(ctx)
 	if h.prop != nil {
 		h.prop.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	}
@@ -316,7 +327,8 @@ var httpContinue = []byte(`"continue"`)
 // UnmarshalJSON reads the control in place: the common "continue" costs no
 // copy.
 func (c *httpControl) UnmarshalJSON(b []byte) error {
-	c.set = true
+	// A control given twice: the last one counts, as for any JSON key.
+	*c = httpControl{set: true}
 	if bytes.Equal(b, httpContinue) {
 		return nil
 	}

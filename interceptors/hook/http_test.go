@@ -581,6 +581,11 @@ func TestHTTPClientIgnoresProxyEnvironment(t *testing.T) {
 	if _, err := c.Check(context.Background(), httpTestCall()); err != nil {
 		t.Errorf("Check with a proxy in the environment: %v", err)
 	}
+	// The environment's proxy is never asked (loopback is never proxied,
+	// so the call above alone would pass with it too).
+	if c.transport.Proxy != nil {
+		t.Error("the transport has a Proxy function, want none")
+	}
 }
 
 func TestNewHTTPClientBadURL(t *testing.T) {

@@ -3,10 +3,13 @@ package hook
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/shebasvc/sheba/interceptors/apikey"
 )
 
 type options struct {
@@ -71,14 +74,15 @@ func WithSendBody(send bool) Option {
 	return func(o *options) { o.sendBody = send }
 }
 
-// WithHeaders names the request headers (lowercase) the hook is told of.
-// The API key's headers are never sent: the caller does not choose them.
+// WithHeaders names the request headers the hook is told of. The headers
+// that carry an API key (apikey.CarriesKey) are left out whatever the
+// names given: the hook never sees a key.
 func WithHeaders(names ...string) Option {
 	return func(o *options) {
 		o.headers = nil
 		for _, n := range names {
-			if n != "x-api-key" && n != "authorization" {
-				o.headers = append(o.headers, n)
+			if !apikey.CarriesKey(n) {
+				o.headers = append(o.headers, strings.ToLower(n))
 			}
 		}
 	}

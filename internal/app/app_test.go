@@ -128,3 +128,20 @@ func TestPoolBackstops(t *testing.T) {
 		}
 	}
 }
+
+// TestHookUnknownMethod: a hook.methods entry that names no method of sheba
+// stops the start, rather than leaving the hook out of calls it was meant
+// for.
+func TestHookUnknownMethod(t *testing.T) {
+	cfg := config.Default()
+	cfg.Database.URL = "postgres://127.0.0.1:1/none"
+	cfg.Hook.URL = "http://127.0.0.1:1/check"
+	cfg.Hook.Methods = []string{"/sheba.v1.PingService/Ping", "/sheba.v1.SubscriptionService/CreateSubscriptions"}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	_, err := New(t.Context(), cfg, slog.New(slog.DiscardHandler))
+	if err == nil || !strings.Contains(err.Error(), `hook.methods[1]: "/sheba.v1.SubscriptionService/CreateSubscriptions" is not a method of sheba`) {
+		t.Errorf("got %v, want an error naming hook.methods[1]", err)
+	}
+}

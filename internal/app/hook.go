@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/propagation"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/shebasvc/sheba/config"
 	"github.com/shebasvc/sheba/interceptors/hook"
+	"github.com/shebasvc/sheba/server"
 )
 
 // newHook builds the external hook's link of the chain from the hook
@@ -24,6 +24,17 @@ import (
 func newHook(c config.Hook, validate func(context.Context, proto.Message) error, log *slog.Logger, tp trace.TracerProvider, reg prometheus.Registerer) (grpc.UnaryServerInterceptor, hook.Client, error) {
 	if c.URL == "" {
 		return nil, nil, nil
+	}
+	// A name that is no method would leave the hook out of the calls it
+	// was meant for, without a word.
+	known := map[string]bool{}
+	for _, m := range server.Methods() {
+		known[m] = true
+	}
+	for i, m := range c.Methods {
+		if !known[m] {
+			return nil, nil, fmt.Errorf("hook.methods[%d]: %q is not a method of sheba (docs/api.md)", i, m)
+		}
 	}
 	var client hook.Client
 	var err error
@@ -54,18 +65,9 @@ func newHook(c config.Hook, validate func(context.Context, proto.Message) error,
 		hook.WithSendBody(c.SendBody && c.Protocol == config.HookHTTP),
 		hook.WithHeaders(c.Headers...),
 		hook.WithCache(c.CacheEntries),
-		hook.WithBreaker(hookBreakAfter, hookBreakFor),
 		hook.WithValidator(validate),
 		hook.WithMetrics(m),
 		hook.WithTracerProvider(tp),
 		hook.WithLogger(log),
 	), client, nil
 }
-
-// The circuit breaker of the hook: after this many failed calls in a row,
-// the hook is left alone this long (the failure mode answers), then one
-// call tries it again (docs/hook.md#failures).
-const (
-	hookBreakAfter = 5
-	hookBreakFor   = 2 * time.Second
-)

@@ -105,6 +105,8 @@ func TestUsageErrors(t *testing.T) {
 		{"no database", nil, []string{"migrate", "status"}, "database.url"},
 		{"bad redis url", map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/db", "SHEBA_REDIS_URL": "http://:hunter2@cache"}, []string{"serve"}, "redis.url (SHEBA_REDIS_URL)"},
 		{"min above max", map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/db", "SHEBA_LIMITS_ADAPTIVE": "true", "SHEBA_LIMITS_MAX_INFLIGHT": "4"}, []string{"serve"}, "limits.min_inflight"},
+		{"hook method that is none", map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/db", "SHEBA_HOOK_METHODS": `["/sheba.v1.PingService/Pong"]`}, []string{"serve"}, "hook.methods[0] (SHEBA_HOOK_METHODS)"},
+		{"hook header with the key", map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/db", "SHEBA_HOOK_HEADERS": `["grpc-metadata-authorization"]`}, []string{"serve"}, "hook.headers[0] (SHEBA_HOOK_HEADERS)"},
 		{"bad migrate direction", nil, []string{"migrate", "sideways"}, "up, down or status"},
 		{"force without down", map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/db"}, []string{"migrate", "up", "--force"}, "--force is for migrate down only"},
 		{"apikey without id", nil, []string{"apikey", "new"}, "--id"},

@@ -96,12 +96,23 @@ func noArgs(fs *flag.FlagSet, args []string) error { return parseFlags(fs, args,
 
 // loadConfig loads the file named by --config or SHEBA_CONFIG, with the
 // environment's overrides, and validates it.
+// hookMethodsEnv is the variable of hook.methods.
+const hookMethodsEnv = "SHEBA_HOOK_METHODS"
+
 func loadConfig(path string, lookup func(string) (string, bool)) (config.Config, error) {
 	if path == "" {
 		path, _ = lookup("SHEBA_CONFIG")
 	}
 	cfg, err := config.Load(path, lookup)
 	if err != nil {
+		return config.Config{}, usagef("config: %v", err)
+	}
+	if err := app.CheckHookMethods(cfg.Hook.Methods); err != nil {
+		if e, ok := err.(*config.Error); ok {
+			if v, _ := lookup(hookMethodsEnv); v != "" {
+				e.Env = hookMethodsEnv
+			}
+		}
 		return config.Config{}, usagef("config: %v", err)
 	}
 	return cfg, nil

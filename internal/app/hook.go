@@ -25,16 +25,8 @@ func newHook(c config.Hook, validate func(context.Context, proto.Message) error,
 	if c.URL == "" {
 		return nil, nil, nil
 	}
-	// A name that is no method would leave the hook out of the calls it
-	// was meant for, without a word.
-	known := map[string]bool{}
-	for _, m := range server.Methods() {
-		known[m] = true
-	}
-	for i, m := range c.Methods {
-		if !known[m] {
-			return nil, nil, fmt.Errorf("hook.methods[%d]: %q is not a method of sheba (docs/api.md)", i, m)
-		}
+	if err := CheckHookMethods(c.Methods); err != nil {
+		return nil, nil, err
 	}
 	var client hook.Client
 	var err error
@@ -70,4 +62,21 @@ func newHook(c config.Hook, validate func(context.Context, proto.Message) error,
 		hook.WithTracerProvider(tp),
 		hook.WithLogger(log),
 	), client, nil
+}
+
+// CheckHookMethods checks that every hook.methods entry names a method of
+// sheba: a name that is none would leave the hook out of the calls it was
+// meant for, without a word. config checks the names' form; only the
+// assembly knows the methods.
+func CheckHookMethods(methods []string) error {
+	known := map[string]bool{}
+	for _, m := range server.Methods() {
+		known[m] = true
+	}
+	for i, m := range methods {
+		if !known[m] {
+			return &config.Error{Key: fmt.Sprintf("hook.methods[%d]", i), Msg: fmt.Sprintf("%q is not a method of sheba (docs/api.md)", m)}
+		}
+	}
+	return nil
 }

@@ -130,6 +130,12 @@ func TestMetrics(t *testing.T) {
 	if got := series(f, "sheba_db_pool_max_conns")[""]; got != 8 {
 		t.Errorf("sheba_db_pool_max_conns: got %v, want 8", got)
 	}
+	// Serving, with the database answering.
+	for _, name := range []string{"sheba_ready", "sheba_database_up"} {
+		if got := series(f, name)[""]; got != 1 {
+			t.Errorf("%s: got %v, want 1", name, got)
+		}
+	}
 }
 
 // newRecorder returns a tracer provider that samples everything and keeps

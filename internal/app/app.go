@@ -161,7 +161,7 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 		return fmt.Errorf("metrics: %w", err)
 	}
 	inflight := newInflightLimiter(cfg.Limits)
-	if err := registerCollectors(registry, a.store.PoolCollector(), inflight); err != nil {
+	if err := registerCollectors(registry, a.store.PoolCollector(), inflight, a.health); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
 	authn, keyIDs, err := newAuthenticator(cfg.Auth, m)
@@ -375,10 +375,28 @@ func newHTTPServer(c config.HTTP, h http.Handler, log *slog.Logger) *http.Server
 	}
 }
 
-// registerCollectors registers the collectors beyond the call metrics: the
-// in-flight gauge, the database pool, the Go runtime and the process.
-func registerCollectors(reg prometheus.Registerer, pool prometheus.Collector, inflight concurrency.Limiter) error {
+// registerCollectors registers the collectors beyond the call metrics:
+// readiness and the database's health, the in-flight gauge, the database
+// pool, the Go runtime and the process.
+func registerCollectors(reg prometheus.Registerer, pool prometheus.Collector, inflight concurrency.Limiter, h *health.Checker) error {
+	up := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
 	for _, c := range []prometheus.Collector{
+		// What /readyz and the health ping say, for alerts
+		// (deploy/prometheus/rules.yaml): a scrape sees them where a probe
+		// does not keep history.
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sheba_ready",
+			Help: "1 while the service is ready (GET /readyz answers 200), else 0.",
+		}, func() float64 { return up(h.Ready()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sheba_database_up",
+			Help: "1 while Postgres answers the health ping, else 0.",
+		}, func() float64 { return up(h.DatabaseUp()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "sheba_inflight_requests",
 			Help: "Business requests running now (REST and gRPC together).",

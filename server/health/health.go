@@ -144,6 +144,12 @@ func (h *Checker) EndWatches() {
 // true until the first ping has been made.
 func (h *Checker) DatabaseUp() bool { return h.dbUp.Load() }
 
+// Ready reports whether the service is ready: what /readyz answers 200 to.
+func (h *Checker) Ready() bool {
+	ready, _ := h.state()
+	return ready
+}
+
 func (h *Checker) state() (ready bool, reason string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

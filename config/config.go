@@ -22,6 +22,30 @@ type Config struct {
 	Webhooks    Webhooks    `yaml:"webhooks"`
 	Redis       Redis       `yaml:"redis"`
 	Hook        Hook        `yaml:"hook"`
+	TLS         TLS         `yaml:"tls"`
+	Operator    Operator    `yaml:"operator"`
+}
+
+// TLS configures TLS on both business listeners (docs/tls.md). The files
+// are re-read when they change.
+type TLS struct {
+	// CertFile and KeyFile are the PEM certificate (chain) and key; set
+	// together, both listeners serve TLS only.
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// ClientCAFile, set, makes every business connection present a client
+	// certificate signed by it (mTLS).
+	ClientCAFile string `yaml:"client_ca_file"`
+}
+
+// Enabled reports whether the listeners serve TLS.
+func (t TLS) Enabled() bool { return t.CertFile != "" }
+
+// Operator configures the operator port.
+type Operator struct {
+	// Addr, set, serves /livez, /readyz, /metrics and gRPC health there in
+	// plaintext, and no longer the first three on http.addr.
+	Addr string `yaml:"addr"`
 }
 
 // HTTP configures the REST gateway and operator endpoints.

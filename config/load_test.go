@@ -86,6 +86,10 @@ func TestEnvNames(t *testing.T) {
 		"SHEBA_HOOK_SEND_BODY",
 		"SHEBA_HOOK_HEADERS",
 		"SHEBA_HOOK_CACHE_ENTRIES",
+		"SHEBA_TLS_CERT_FILE",
+		"SHEBA_TLS_KEY_FILE",
+		"SHEBA_TLS_CLIENT_CA_FILE",
+		"SHEBA_OPERATOR_ADDR",
 	}
 	var got []string
 	_, _ = Load("", func(name string) (string, bool) {
@@ -141,6 +145,8 @@ log: { level: debug, format: text }
 idempotency: { ttl: 1h }
 webhooks: { timeout: 3s, max_attempts: 5, backoff: { base: 100ms, max: 1m }, per_endpoint_concurrency: 2, allow_private_networks: true, max_endpoints: 7, secret_overlap: 0s, database_max_conns: 5 }
 redis: { url: "redis://cache:6379/2", timeout: 8ms }
+tls: { cert_file: /tls/tls.crt, key_file: /tls/tls.key, client_ca_file: /tls/ca.crt }
+operator: { addr: ":8081" }
 hook: { url: "unix:///run/hook.sock", protocol: http, methods: ["/sheba.v1.AccountService/Login"], timeout: 50ms, failure_mode: open, send_body: false, headers: ["user-agent"], cache_entries: 5 }
 `,
 			want: func(c *Config) {
@@ -179,6 +185,8 @@ hook: { url: "unix:///run/hook.sock", protocol: http, methods: ["/sheba.v1.Accou
 						Timeout: 50 * time.Millisecond, FailureMode: HookFailOpen, SendBody: false,
 						Headers: []string{"user-agent"}, CacheEntries: 5,
 					},
+					TLS:      TLS{CertFile: "/tls/tls.crt", KeyFile: "/tls/tls.key", ClientCAFile: "/tls/ca.crt"},
+					Operator: Operator{Addr: ":8081"},
 				}
 			},
 		},
@@ -381,7 +389,7 @@ func TestLoadErrors(t *testing.T) {
 			name:    "unknown section",
 			file:    "htttp: { addr: \":80\" }\n",
 			wantKey: "htttp",
-			wantMsg: "htttp: unknown key (want one of http, grpc, database, limits, auth, compression, shutdown, log, idempotency, paging, webhooks, redis, hook)",
+			wantMsg: "htttp: unknown key (want one of http, grpc, database, limits, auth, compression, shutdown, log, idempotency, paging, webhooks, redis, hook, tls, operator)",
 		},
 		{
 			name:    "unknown key",

@@ -140,6 +140,31 @@ func (c Config) check() *Error {
 		func() *Error { return oneOf("hook.failure_mode", c.Hook.FailureMode, HookFailClosed, HookFailOpen) },
 		func() *Error { return checkHookHeaders(c.Hook.Headers) },
 		func() *Error { return atLeast("hook.cache_entries", c.Hook.CacheEntries, 0) },
+		func() *Error {
+			switch t := c.TLS; {
+			case t.CertFile != "" && t.KeyFile == "":
+				return bad("tls.key_file", "must be set with tls.cert_file")
+			case t.KeyFile != "" && t.CertFile == "":
+				return bad("tls.cert_file", "must be set with tls.key_file")
+			case t.ClientCAFile != "" && t.CertFile == "":
+				return bad("tls.client_ca_file", "needs tls.cert_file and tls.key_file: client certificates are asked for over TLS only")
+			}
+			return nil
+		},
+		func() *Error {
+			if c.Operator.Addr == "" {
+				return nil
+			}
+			if e := checkAddr("operator.addr", c.Operator.Addr); e != nil {
+				return e
+			}
+			for _, other := range []struct{ key, addr string }{{"http.addr", c.HTTP.Addr}, {"grpc.addr", c.GRPC.Addr}} {
+				if e := checkAddrsDiffer(other.addr, c.Operator.Addr); e != nil {
+					return bad("operator.addr", "must differ from %s (%s)", other.key, other.addr)
+				}
+			}
+			return nil
+		},
 	}
 	for _, check := range checks {
 		if e := check(); e != nil {

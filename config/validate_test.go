@@ -45,6 +45,9 @@ func TestValidate(t *testing.T) {
 		{name: "http hook over h2c", change: func(c *Config) { c.Hook.URL = "h2c://hook:9000/" }},
 		{name: "https hook without a port", change: func(c *Config) { c.Hook.URL = "https://hook.example/check" }},
 		{name: "ext_authz hook", change: func(c *Config) { c.Hook.URL, c.Hook.Protocol = "grpc://127.0.0.1:9001", HookExtAuthz }},
+		{name: "tls", change: func(c *Config) { c.TLS = TLS{CertFile: "/tls/tls.crt", KeyFile: "/tls/tls.key"} }},
+		{name: "mtls", change: func(c *Config) { c.TLS = TLS{CertFile: "/tls/tls.crt", KeyFile: "/tls/tls.key", ClientCAFile: "/tls/ca.crt"} }},
+		{name: "operator port", change: func(c *Config) { c.Operator.Addr = ":8081" }},
 		{name: "hook cache off", change: func(c *Config) { c.Hook.CacheEntries = 0 }},
 		{name: "drain delay inside timeout", change: func(c *Config) { c.Shutdown.DrainDelay, c.Shutdown.Timeout = 5*time.Second, 6*time.Second }},
 
@@ -517,6 +520,36 @@ func TestValidate(t *testing.T) {
 			change:  func(c *Config) { c.Hook.CacheEntries = -1 },
 			wantKey: "hook.cache_entries",
 			wantMsg: "hook.cache_entries: must be at least 0, got -1",
+		},
+
+		{
+			name:    "tls.key_file missing",
+			change:  func(c *Config) { c.TLS.CertFile = "/tls/tls.crt" },
+			wantKey: "tls.key_file",
+			wantMsg: "tls.key_file: must be set with tls.cert_file",
+		},
+		{
+			name:    "tls.cert_file missing",
+			change:  func(c *Config) { c.TLS.KeyFile = "/tls/tls.key" },
+			wantKey: "tls.cert_file",
+			wantMsg: "tls.cert_file: must be set with tls.key_file",
+		},
+		{
+			name:    "tls.client_ca_file without a certificate",
+			change:  func(c *Config) { c.TLS.ClientCAFile = "/tls/ca.crt" },
+			wantKey: "tls.client_ca_file",
+			wantMsg: "tls.client_ca_file: needs tls.cert_file and tls.key_file",
+		},
+		{
+			name:    "operator.addr",
+			change:  func(c *Config) { c.Operator.Addr = "8081" },
+			wantKey: "operator.addr",
+		},
+		{
+			name:    "operator.addr on http.addr",
+			change:  func(c *Config) { c.Operator.Addr = ":8080" },
+			wantKey: "operator.addr",
+			wantMsg: "operator.addr: must differ from http.addr (:8080)",
 		},
 
 		// Several problems: the first in YAML order wins.

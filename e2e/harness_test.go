@@ -58,6 +58,8 @@ type testEnv struct {
 	baseURL  string
 	grpcAddr string
 	httpAddr string
+	// operatorAddr is operator.addr's listener, "" when it is not set.
+	operatorAddr string
 	// pool is the test's own pool on the server's database, for setting
 	// rows up and counting them.
 	pool    *pgxpool.Pool
@@ -148,10 +150,13 @@ func startTestEnv(t testing.TB, setup envSetup) *testEnv {
 		cancel()
 		t.Fatalf("app.New: %v", err)
 	}
-	grpcLis := listen(t)
-	httpLis := listen(t)
+	lis := app.Listeners{GRPC: listen(t), HTTP: listen(t)}
+	if cfg.Operator.Addr != "" {
+		lis.Operator = listen(t)
+	}
+	grpcLis, httpLis := lis.GRPC, lis.HTTP
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, grpcLis, httpLis) }()
+	go func() { done <- srv.ServeListeners(ctx, lis) }()
 	stop := sync.OnceValue(func() error {
 		cancel()
 		return <-done
@@ -172,20 +177,25 @@ func startTestEnv(t testing.TB, setup envSetup) *testEnv {
 			t.Errorf("Serve: %v", err)
 		}
 	})
+	var operatorAddr string
+	if lis.Operator != nil {
+		operatorAddr = lis.Operator.Addr().String()
+	}
 	return &testEnv{
-		baseURL:  "http://" + httpLis.Addr().String(),
-		grpcAddr: grpcLis.Addr().String(),
-		httpAddr: httpLis.Addr().String(),
-		pool:     pool,
-		conn:     conn,
-		anon:     anon,
-		ping:     shebav1.NewPingServiceClient(conn),
-		account:  shebav1.NewAccountServiceClient(conn),
-		sub:      shebav1.NewSubscriptionServiceClient(conn),
-		health:   healthpb.NewHealthClient(conn),
-		logs:     logs,
-		server:   srv,
-		stop:     stop,
+		operatorAddr: operatorAddr,
+		baseURL:      "http://" + httpLis.Addr().String(),
+		grpcAddr:     grpcLis.Addr().String(),
+		httpAddr:     httpLis.Addr().String(),
+		pool:         pool,
+		conn:         conn,
+		anon:         anon,
+		ping:         shebav1.NewPingServiceClient(conn),
+		account:      shebav1.NewAccountServiceClient(conn),
+		sub:          shebav1.NewSubscriptionServiceClient(conn),
+		health:       healthpb.NewHealthClient(conn),
+		logs:         logs,
+		server:       srv,
+		stop:         stop,
 	}
 }
 

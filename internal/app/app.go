@@ -59,6 +59,10 @@ type App struct {
 	webhooks                    *webhooks.Runner
 	// hook is the external hook's client (nil: no hook).
 	hook hook.Client
+	// operator serves operator.addr, with operatorGRPC (grpc.health.v1
+	// alone) behind it; both nil when operator.addr is empty.
+	operator     *http.Server
+	operatorGRPC *grpc.Server
 
 	// conns knows the connections of both pools, for a shutdown that must
 	// cut their queries.
@@ -228,15 +232,26 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 	if err != nil {
 		return err
 	}
-	handler := gateway.Handler(rest, gateway.Operator{
+	op := gateway.Operator{
 		Ready: a.health,
 		Metrics: promhttp.HandlerFor(registry, promhttp.HandlerOpts{
 			// OpenMetrics carries the exemplars (trace ids) of the histograms.
 			EnableOpenMetrics: true,
 			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		}),
-	})
-	a.http = newHTTPServer(cfg.HTTP, handler, log)
+		Elsewhere: cfg.Operator.Addr != "",
+	}
+	a.http = newHTTPServer(cfg.HTTP, gateway.Handler(rest, op), log)
+	if op.Elsewhere {
+		a.operatorGRPC = grpc.NewServer()
+		healthpb.RegisterHealthServer(a.operatorGRPC, a.health.Service())
+		a.operator = newHTTPServer(cfg.HTTP, gateway.OperatorHandler(op, a.operatorGRPC), log)
+		// Plaintext HTTP/2 (h2c) for the kubelet's grpc probe, HTTP/1.1
+		// for its httpGet ones.
+		a.operator.Protocols = new(http.Protocols)
+		a.operator.Protocols.SetHTTP1(true)
+		a.operator.Protocols.SetUnencryptedHTTP2(true)
+	}
 	return nil
 }
 
@@ -431,7 +446,22 @@ func (a *App) ListenAndServe(ctx context.Context) error {
 		a.close()
 		return fmt.Errorf("listen http.addr: %w", err)
 	}
-	return a.Serve(ctx, grpcLis, httpLis)
+	var opLis net.Listener
+	if a.operator != nil {
+		if opLis, err = lc.Listen(ctx, "tcp", a.cfg.Operator.Addr); err != nil {
+			grpcLis.Close()
+			httpLis.Close()
+			a.close()
+			return fmt.Errorf("listen operator.addr: %w", err)
+		}
+	}
+	return a.ServeListeners(ctx, Listeners{GRPC: grpcLis, HTTP: httpLis, Operator: opLis})
+}
+
+// Listeners are where Serve serves: grpc.addr, http.addr and, when
+// operator.addr is set, operator.addr.
+type Listeners struct {
+	GRPC, HTTP, Operator net.Listener
 }
 
 // Serve serves gRPC on grpcLis and HTTP on httpLis until ctx is done, then
@@ -439,6 +469,17 @@ func (a *App) ListenAndServe(ctx context.Context) error {
 // (shutdown, docs/operations.md#graceful-shutdown). It returns an error if
 // a listener failed or the shutdown ran out of time.
 func (a *App) Serve(ctx context.Context, grpcLis, httpLis net.Listener) error {
+	return a.ServeListeners(ctx, Listeners{GRPC: grpcLis, HTTP: httpLis})
+}
+
+// ServeListeners is Serve with the operator port's listener too, which
+// must be there when operator.addr is set (and not otherwise).
+func (a *App) ServeListeners(ctx context.Context, lis Listeners) error {
+	if (a.operator != nil) != (lis.Operator != nil) {
+		a.close()
+		return errors.New("serve: an operator listener is needed exactly when operator.addr is set")
+	}
+	grpcLis, httpLis := lis.GRPC, lis.HTTP
 	bg := background{
 		// The checker outlives ctx: readiness must stay false while
 		// draining, and the chain asks it whether the database is up until
@@ -458,16 +499,22 @@ func (a *App) Serve(ctx context.Context, grpcLis, httpLis net.Listener) error {
 		}),
 	}
 
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- a.grpc.Serve(grpcLis) }()
-	go func() {
-		if err := a.http.Serve(httpLis); !errors.Is(err, http.ErrServerClosed) {
+	serveHTTP := func(srv *http.Server, l net.Listener) {
+		if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
 			errc <- err
 			return
 		}
 		errc <- nil
-	}()
-	a.log.InfoContext(ctx, "serving", "grpc_addr", grpcLis.Addr().String(), "http_addr", httpLis.Addr().String())
+	}
+	go serveHTTP(a.http, httpLis)
+	attrs := []any{"grpc_addr", grpcLis.Addr().String(), "http_addr", httpLis.Addr().String()}
+	if a.operator != nil {
+		go serveHTTP(a.operator, lis.Operator)
+		attrs = append(attrs, "operator_addr", lis.Operator.Addr().String())
+	}
+	a.log.InfoContext(ctx, "serving", attrs...)
 
 	var serveErr error
 	select {

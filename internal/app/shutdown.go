@@ -92,6 +92,13 @@ func (a *App) shutdown(bg background) error {
 	if !a.stopServers(grace) {
 		cut = append(cut, "requests in flight")
 	}
+	// The operator port last: probes and scrapes see the drain to its end.
+	if a.operator != nil {
+		if err := a.operator.Shutdown(grace); err != nil {
+			_ = a.operator.Close()
+		}
+		a.operatorGRPC.Stop()
+	}
 	bg.health.stop()
 	if !waitDone(grace, bg.hooks.done) {
 		cut = append(cut, "webhook attempts")

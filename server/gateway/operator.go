@@ -3,6 +3,7 @@ package gateway
 import (
 	"io"
 	"net/http"
+	"strings"
 
 	"github.com/shebasvc/sheba/gen/openapiv2"
 )
@@ -13,22 +14,47 @@ type Operator struct {
 	Ready http.Handler
 	// Metrics answers GET /metrics.
 	Metrics http.Handler
+	// Elsewhere: /livez, /readyz and /metrics are served on an operator
+	// port of their own (OperatorHandler), and not beside the API.
+	Elsewhere bool
 }
 
 // Handler serves the operator endpoints (docs/operations.md#ports-and-endpoints),
-// which no key, limit or shedding ever touches, and everything else with
-// rest.
+// which no key, limit or shedding ever touches, unless they are served
+// elsewhere, and the OpenAPI document and everything else with rest.
 func Handler(rest http.Handler, op Operator) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) {
-		w.WriteHeader(http.StatusNoContent)
-	})
-	mux.Handle("GET /readyz", op.Ready)
+	if !op.Elsewhere {
+		handleOperator(mux, op)
+	}
 	mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, openapiv2.Document)
 	})
-	mux.Handle("GET /metrics", op.Metrics)
 	mux.Handle("/", rest)
 	return mux
+}
+
+// OperatorHandler serves the operator port (operator.addr): /livez,
+// /readyz and /metrics, and gRPC calls (HTTP/2 of type application/grpc)
+// with grpcHealth, a grpc.Server with grpc.health.v1 alone, so that the
+// kubelet's plain httpGet and grpc probes work beside a TLS-only API.
+func OperatorHandler(op Operator, grpcHealth http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	handleOperator(mux, op)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+			grpcHealth.ServeHTTP(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+func handleOperator(mux *http.ServeMux, op Operator) {
+	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.Handle("GET /readyz", op.Ready)
+	mux.Handle("GET /metrics", op.Metrics)
 }

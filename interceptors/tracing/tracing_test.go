@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
@@ -55,9 +56,22 @@ func TestServerSpans(t *testing.T) {
 			ctx := metadata.AppendToOutgoingContext(t.Context(), "traceparent", "00-"+test.traceID+"-"+parent+"-"+test.flags, "x-want-code", test.want)
 			_, _ = client.Ping(ctx, &shebav1.PingRequest{})
 			var got []tracetest.SpanStub
-			for _, s := range exp.GetSpans() {
-				if s.SpanContext.TraceID().String() == test.traceID {
-					got = append(got, s)
+			// The server span ends in the stats handler after the answer
+			// has left: the client may see the answer first. An unsampled
+			// call is given a moment to show a span it must not have.
+			wait := 2 * time.Second
+			if !test.wantSpan {
+				wait = 200 * time.Millisecond
+			}
+			for deadline := time.Now().Add(wait); ; time.Sleep(10 * time.Millisecond) {
+				got = got[:0]
+				for _, s := range exp.GetSpans() {
+					if s.SpanContext.TraceID().String() == test.traceID {
+						got = append(got, s)
+					}
+				}
+				if len(got) > 0 && test.wantSpan || time.Now().After(deadline) {
+					break
 				}
 			}
 			if !test.wantSpan {

@@ -99,6 +99,12 @@ func noArgs(fs *flag.FlagSet, args []string) error { return parseFlags(fs, args,
 // hookMethodsEnv is the variable of hook.methods.
 const hookMethodsEnv = "SHEBA_HOOK_METHODS"
 
+// envOf returns the variable that overrides a config key, as config
+// derives it ("tls.key_file": SHEBA_TLS_KEY_FILE).
+func envOf(key string) string {
+	return "SHEBA_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
+}
+
 func loadConfig(path string, lookup func(string) (string, bool)) (config.Config, error) {
 	if path == "" {
 		path, _ = lookup("SHEBA_CONFIG")
@@ -106,6 +112,20 @@ func loadConfig(path string, lookup func(string) (string, bool)) (config.Config,
 	cfg, err := config.Load(path, lookup)
 	if err != nil {
 		return config.Config{}, usagef("config: %v", err)
+	}
+	if t := cfg.TLS; t.Enabled() {
+		// Before anything connects: a file that is missing, or a key of
+		// another certificate, is a bad value of its key.
+		if _, err := certreload.New(certreload.Options{CertFile: t.CertFile, KeyFile: t.KeyFile, ClientCAFile: t.ClientCAFile}); err != nil {
+			if ke, ok := errors.AsType[*certreload.KeyError](err); ok {
+				e := &config.Error{Key: ke.Key, Msg: ke.Msg}
+				if v, _ := lookup(envOf(ke.Key)); v != "" {
+					e.Env = envOf(ke.Key)
+				}
+				return config.Config{}, usagef("config: %v", e)
+			}
+			return config.Config{}, usagef("config: %v", err)
+		}
 	}
 	if err := app.CheckHookMethods(cfg.Hook.Methods); err != nil {
 		if e, ok := err.(*config.Error); ok {

@@ -63,6 +63,9 @@ type App struct {
 	// alone) behind it; both nil when operator.addr is empty.
 	operator     *http.Server
 	operatorGRPC *grpc.Server
+	// certs serves the TLS certificate of both listeners, re-read when its
+	// files change; nil when tls.cert_file is empty.
+	certs *certreload.Reloader
 
 	// conns knows the connections of both pools, for a shutdown that must
 	// cut their queries.
@@ -206,8 +209,16 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 		extra:          o.interceptors,
 	})
 
+	if cfg.TLS.Enabled() {
+		if a.certs, err = certreload.New(certreload.Options{
+			CertFile: cfg.TLS.CertFile, KeyFile: cfg.TLS.KeyFile, ClientCAFile: cfg.TLS.ClientCAFile,
+			Log: log, Registerer: registry,
+		}); err != nil {
+			return err
+		}
+	}
 	a.streams = drain.New()
-	a.grpc = newGRPCServer(cfg, chain, a.streams, tp)
+	a.grpc = newGRPCServer(cfg, chain, a.streams, tp, a.certs)
 	services.Register(a.grpc)
 	healthpb.RegisterHealthServer(a.grpc, a.health.Service())
 	if cfg.GRPC.Reflection {
@@ -242,6 +253,9 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 		Elsewhere: cfg.Operator.Addr != "",
 	}
 	a.http = newHTTPServer(cfg.HTTP, gateway.Handler(rest, op), log)
+	if a.certs != nil {
+		a.http.TLSConfig = a.certs.ServerConfig("h2", "http/1.1")
+	}
 	if op.Elsewhere {
 		a.operatorGRPC = grpc.NewServer()
 		healthpb.RegisterHealthServer(a.operatorGRPC, a.health.Service())
@@ -308,7 +322,7 @@ func newAuthenticator(c config.Auth, m *metrics.Metrics) (*apikey.Authenticator,
 // services, messages bounded to http.max_body_bytes, the limits of
 // grpcLimits, every stream ended by streams at shutdown, and a span per call
 // when tp is not nil.
-func newGRPCServer(cfg config.Config, chain grpc.UnaryServerInterceptor, streams *drain.Drainer, tp trace.TracerProvider) *grpc.Server {
+func newGRPCServer(cfg config.Config, chain grpc.UnaryServerInterceptor, streams *drain.Drainer, tp trace.TracerProvider, certs *certreload.Reloader) *grpc.Server {
 	business := map[string]bool{}
 	for _, name := range server.ServiceNames() {
 		business[name] = true
@@ -326,6 +340,10 @@ func newGRPCServer(cfg config.Config, chain grpc.UnaryServerInterceptor, streams
 		grpc.MaxRecvMsgSize(int(cfg.HTTP.MaxBodyBytes)),
 	}
 	opts = append(opts, grpcLimits(cfg.GRPC, cfg.Limits.Timeout)...)
+	if certs != nil {
+		// TLS only: a plaintext connection fails its handshake.
+		opts = append(opts, grpc.Creds(credentials.NewTLS(certs.ServerConfig("h2"))))
+	}
 	if tp != nil {
 		opts = append(opts, grpc.StatsHandler(tracing.NewServerHandler(tp)))
 	}
@@ -492,6 +510,11 @@ func (a *App) ServeListeners(ctx context.Context, lis Listeners) error {
 		// flight get half of the bound to finish, the rest of it to record
 		// their outcome, and whatever is left waits in the queue for any
 		// replica.
+		certs: start(ctx, func(ctx context.Context) {
+			if a.certs != nil {
+				a.certs.Run(ctx)
+			}
+		}),
 		hooks: start(context.WithoutCancel(ctx), func(ctx context.Context) {
 			if err := a.webhooks.Run(ctx, a.cfg.Shutdown.Timeout/2); err != nil {
 				a.log.Warn("stopping webhook deliveries", "error", err)
@@ -508,7 +531,19 @@ func (a *App) ServeListeners(ctx context.Context, lis Listeners) error {
 		}
 		errc <- nil
 	}
-	go serveHTTP(a.http, httpLis)
+	if a.certs != nil {
+		// HTTPS only, HTTP/2 and HTTP/1.1 by ALPN; the certificate comes
+		// from TLSConfig.
+		go func() {
+			if err := a.http.ServeTLS(httpLis, "", ""); !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+				return
+			}
+			errc <- nil
+		}()
+	} else {
+		go serveHTTP(a.http, httpLis)
+	}
 	attrs := []any{"grpc_addr", grpcLis.Addr().String(), "http_addr", httpLis.Addr().String()}
 	if a.operator != nil {
 		go serveHTTP(a.operator, lis.Operator)

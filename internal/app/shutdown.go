@@ -13,7 +13,7 @@ import (
 
 // background is what Serve runs beside the servers.
 type background struct {
-	health, reaper, hooks task
+	health, reaper, hooks, certs task
 }
 
 // task is a function running on a goroutine of its own until its context
@@ -106,8 +106,10 @@ func (a *App) shutdown(bg background) error {
 	// Neither holds anything but database connections, which close cuts.
 	waitDone(grace, bg.reaper.done)
 	waitDone(grace, bg.health.done)
+	bg.certs.stop()
+	waitDone(grace, bg.certs.done)
 	cut = append(cut, a.closeWithin(ctx, grace)...)
-	for _, t := range []task{bg.hooks, bg.reaper, bg.health} {
+	for _, t := range []task{bg.hooks, bg.reaper, bg.health, bg.certs} {
 		waitDone(ctx, t.done)
 	}
 	if len(cut) > 0 {

@@ -18,6 +18,7 @@ import (
 	"github.com/shebasvc/sheba/config"
 	"github.com/shebasvc/sheba/gen/openapiv2"
 	"github.com/shebasvc/sheba/internal/app"
+	"github.com/shebasvc/sheba/internal/certreload"
 	"github.com/shebasvc/sheba/store"
 )
 
@@ -96,9 +97,6 @@ func noArgs(fs *flag.FlagSet, args []string) error { return parseFlags(fs, args,
 
 // loadConfig loads the file named by --config or SHEBA_CONFIG, with the
 // environment's overrides, and validates it.
-// hookMethodsEnv is the variable of hook.methods.
-const hookMethodsEnv = "SHEBA_HOOK_METHODS"
-
 // envOf returns the variable that overrides a config key, as config
 // derives it ("tls.key_file": SHEBA_TLS_KEY_FILE).
 func envOf(key string) string {
@@ -129,8 +127,8 @@ func loadConfig(path string, lookup func(string) (string, bool)) (config.Config,
 	}
 	if err := app.CheckHookMethods(cfg.Hook.Methods); err != nil {
 		if e, ok := err.(*config.Error); ok {
-			if v, _ := lookup(hookMethodsEnv); v != "" {
-				e.Env = hookMethodsEnv
+			if v, _ := lookup(envOf("hook.methods")); v != "" {
+				e.Env = envOf("hook.methods")
 			}
 		}
 		return config.Config{}, usagef("config: %v", err)

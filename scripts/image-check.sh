@@ -108,4 +108,48 @@ wait "$pid" || code=$?
 pid=""
 [[ "$code" == 0 ]] || fail "sheba exited $code after SIGTERM, want 0; log: $(cat "$work/sheba.log")"
 log "sheba exited 0 after SIGTERM"
+
+# ---- with TLS and the operator port: the image's probe checks both
+tlsdir=$work/tls
+mkdir "$tlsdir"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj /CN=test-ca \
+	-keyout "$tlsdir/ca.key" -out "$tlsdir/ca.crt" 2>/dev/null
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=sheba \
+	-keyout "$tlsdir/tls.key" -out "$tlsdir/tls.csr" 2>/dev/null
+openssl x509 -req -in "$tlsdir/tls.csr" -CA "$tlsdir/ca.crt" -CAkey "$tlsdir/ca.key" -CAcreateserial -days 1 \
+	-extfile <(printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n') \
+	-out "$tlsdir/tls.crt" 2>/dev/null
+SHEBA_HTTP_ADDR=127.0.0.1:0 SHEBA_GRPC_ADDR=127.0.0.1:0 SHEBA_OPERATOR_ADDR=127.0.0.1:0 SHEBA_LOG_FORMAT=json \
+	SHEBA_TLS_CERT_FILE=$tlsdir/tls.crt SHEBA_TLS_KEY_FILE=$tlsdir/tls.key \
+	"$sheba" serve 2>"$work/sheba-tls.log" &
+pid=$!
+grpc_addr="" operator_addr=""
+for _ in $(seq 100); do
+	grpc_addr=$(grep -o '"grpc_addr":"[^"]*"' "$work/sheba-tls.log" | head -n 1 | cut -d'"' -f4) || true
+	operator_addr=$(grep -o '"operator_addr":"[^"]*"' "$work/sheba-tls.log" | head -n 1 | cut -d'"' -f4) || true
+	[[ -z "$grpc_addr" ]] || break
+	kill -0 "$pid" 2>/dev/null || fail "sheba (TLS) exited: $(cat "$work/sheba-tls.log")"
+	sleep 0.1
+done
+[[ -n "$grpc_addr" && -n "$operator_addr" ]] || fail "sheba (TLS) did not log its addresses; log: $(cat "$work/sheba-tls.log")"
+for args in "-addr=$grpc_addr -tls -tls-ca-cert=$tlsdir/ca.crt" "-addr=$operator_addr"; do
+	status=""
+	for _ in $(seq 100); do
+		# shellcheck disable=SC2086 # the arguments are words
+		if status=$("$probe" $args 2>&1); then
+			break
+		fi
+		sleep 0.2
+	done
+	[[ "$status" == "status: SERVING" ]] || fail "grpc_health_probe $args said: $status; sheba log: $(cat "$work/sheba-tls.log")"
+	log "grpc_health_probe $args: $status"
+done
+if "$probe" -addr="$grpc_addr" >/dev/null 2>&1; then
+	fail "a plaintext grpc_health_probe got an answer from the TLS grpc.addr"
+fi
+kill -TERM "$pid"
+code=0
+wait "$pid" || code=$?
+pid=""
+[[ "$code" == 0 ]] || fail "sheba (TLS) exited $code after SIGTERM, want 0; log: $(cat "$work/sheba-tls.log")"
 log "ok"

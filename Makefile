@@ -147,13 +147,15 @@ image:
 image-check: image
 	bash scripts/pg.sh test -- bash scripts/image-check.sh $(IMAGE):$(VERSION)
 
-# Renders deploy/kubernetes (and its documented variant) with the pinned
-# kustomize and checks every object offline (deploy/kubecheck, a module of
-# its own: its k8s.io dependencies are not the service's), then proves the
-# check fails on each broken overlay in deploy/kubecheck/testdata.
+# Renders deploy/kubernetes (and its documented variants: the exec
+# readiness probe, TLS and mTLS) with the pinned kustomize and checks every
+# object offline (deploy/kubecheck, a module of its own: its k8s.io
+# dependencies are not the service's), then proves the check fails on each
+# broken overlay in deploy/kubecheck/testdata.
+DEPLOY_VARIANTS := $(addprefix deploy/kubecheck/testdata/,ok-exec-readiness ok-tls ok-mtls)
 deploy-check: build
 	$(KUBECHECK) build -o $(CURDIR)/bin/kubecheck .
-	bin/kubecheck -sheba $(BIN) deploy/kubernetes deploy/kubecheck/testdata/ok-exec-readiness
+	bin/kubecheck -sheba $(BIN) deploy/kubernetes $(DEPLOY_VARIANTS)
 	$(KUBECHECK) test -count=1 ./...
 
 # The rolling-restart test (deploy/rollout_test.go, build tag rollout): two

@@ -280,11 +280,15 @@ func (c checker) checkSheba(ctx context.Context, objs objects, complete bool, r 
 	}
 	checkHardening(dep, spec, r)
 
-	if cfg, ok := c.checkConfig(ctx, dep, spec, ctr, objs, r); ok {
-		checkListenPorts(dep, ctr, cfg.HTTP.Addr, cfg.GRPC.Addr, r)
-		checkShutdown(dep, spec, ctr, cfg.Shutdown.DrainDelay, cfg.Shutdown.Timeout, r)
+	// srv stays nil when the config could not be judged: that is a
+	// problem already, and the checks that need it are left out.
+	var srv *served
+	if s, ok := c.checkConfig(ctx, dep, spec, ctr, objs, r); ok {
+		srv = &s
+		checkListenPorts(dep, ctr, s, r)
+		checkShutdown(dep, spec, ctr, s.Shutdown.DrainDelay, s.Shutdown.Timeout, r)
 	}
-	checkProbes(dep, ctr, r)
+	checkProbes(dep, ctr, srv, r)
 	checkMemLimit(dep, ctr, r)
 	checkPagingSecret(dep, ctr, r)
 	checkNetworkPolicies(dep, ctr, podLabels, objs.netpols, r)
@@ -309,11 +313,23 @@ func (c checker) checkSheba(ctx context.Context, objs objects, complete bool, r 
 			if target.Type == intstr.Int && target.IntVal == 0 {
 				target = intstr.FromInt32(p.Port)
 			}
-			if _, ok := containerPort(ctr, target); !ok {
+			n, ok := containerPort(ctr, target)
+			if !ok {
 				r.problemf("%s: port %q targets %s, which container sheba does not declare", o, p.Name, target.String())
 			}
 			if p.AppProtocol == nil || *p.AppProtocol == "" {
 				r.problemf("%s: port %q has no appProtocol: proxies and meshes would guess the protocol", o, p.Name)
+				continue
+			}
+			if srv == nil || !ok {
+				continue
+			}
+			l, listens := srv.listenerOn(n)
+			switch {
+			case !listens:
+				r.problemf("%s: port %q targets container port %d, where sheba does not listen", o, p.Name, n)
+			case l.tls && plaintextProtocols[*p.AppProtocol]:
+				r.problemf("%s: port %q has appProtocol %s, plaintext, but targets %s: proxies and meshes would send it what it refuses (want https)", o, p.Name, *p.AppProtocol, l)
 			}
 		}
 		r.notef("%s selects the pods of %s and not the Job's; ports %s", o, dep, servicePorts(s.Spec.Ports))
@@ -454,30 +470,42 @@ func checkHardening(o object, spec corev1.PodSpec, r *report) {
 
 // checkListenPorts checks that the ports sheba listens on, by its config,
 // are the container's.
-func checkListenPorts(o object, c corev1.Container, httpAddr, grpcAddr string, r *report) {
+func checkListenPorts(o object, c corev1.Container, s served, r *report) {
 	var found []string
-	for _, l := range []struct{ key, addr string }{{"http.addr", httpAddr}, {"grpc.addr", grpcAddr}} {
-		_, portText, err := net.SplitHostPort(l.addr)
-		port, perr := strconv.Atoi(portText)
-		if err != nil || perr != nil {
+	ls := s.listeners()
+	for _, l := range ls {
+		if l.port == 0 {
 			r.problemf("%s: %s %q has no port", o, l.key, l.addr)
 			continue
 		}
-		if _, ok := containerPort(c, intstr.FromInt(port)); !ok {
-			r.problemf("%s: sheba listens on %s %q, but container sheba declares no containerPort %d", o, l.key, l.addr, port)
+		if _, ok := containerPort(c, intstr.FromInt32(l.port)); !ok {
+			r.problemf("%s: sheba listens on %s %q, but container sheba declares no containerPort %d", o, l.key, l.addr, l.port)
 			continue
 		}
 		found = append(found, fmt.Sprintf("%s %s", l.key, l.addr))
 	}
-	if len(found) == 2 {
-		r.notef("%s: sheba's %s are container ports", o, strings.Join(found, " and "))
+	if len(found) == len(ls) {
+		r.notef("%s: sheba's %s are container ports", o, joinAnd(found))
 	}
 }
 
-// checkProbes checks that each probe reaches a port the container declares,
-// that liveness asks only /livez (which never looks at Postgres) and that
-// readiness asks sheba's readiness (/readyz or gRPC health).
-func checkProbes(o object, c corev1.Container, r *report) {
+// joinAnd joins a list as prose: "a", "a and b", "a, b and c".
+func joinAnd(parts []string) string {
+	if len(parts) < 2 {
+		return strings.Join(parts, "")
+	}
+	return strings.Join(parts[:len(parts)-1], ", ") + " and " + parts[len(parts)-1]
+}
+
+// checkProbes checks that each probe reaches a port the container declares
+// and sheba listens on, that liveness asks only /livez (which never looks
+// at Postgres) and that readiness asks sheba's readiness (/readyz or gRPC
+// health). With srv (the config, when it could be judged) it also checks
+// that each probe speaks what its port serves (CONTRACT §12): the kubelet's
+// probes get no answer in plaintext from a TLS-only port, none in TLS from
+// the operator port, and none from a port whose handshake wants a client
+// certificate the probe does not present.
+func checkProbes(o object, c corev1.Container, srv *served, r *report) {
 	ps := probes(c)
 	for _, kind := range []string{"startupProbe", "livenessProbe", "readinessProbe"} {
 		if ps[kind] == nil {
@@ -508,11 +536,109 @@ func checkProbes(o object, c corev1.Container, r *report) {
 		case kind == "readinessProbe" && p.TCPSocket != nil:
 			r.problemf("%s: readinessProbe is a TCP connect, which stays up while Postgres is down and while sheba drains: want /readyz or gRPC health", o)
 		}
-		described = append(described, fmt.Sprintf("%s %s → %d", kind, what, n))
+		if srv == nil {
+			described = append(described, fmt.Sprintf("%s %s → %d", kind, what, n))
+			continue
+		}
+		l, listens := srv.listenerOn(n)
+		if !listens {
+			r.problemf("%s: %s %s targets port %d, where sheba does not listen (%s)", o, kind, what, n, listenerList(srv.listeners()))
+			continue
+		}
+		if problem := probeTransport(p.ProbeHandler, l, *srv); problem != "" {
+			r.problemf("%s: %s %s on port %d: %s", o, kind, what, n, problem)
+			continue
+		}
+		described = append(described, fmt.Sprintf("%s %s → %d, %s", kind, what, n, l))
 	}
-	if len(described) == 3 {
-		r.notef("%s: %s", o, strings.Join(described, "; "))
+	if len(described) < 3 {
+		return
 	}
+	r.notef("%s: %s", o, strings.Join(described, "; "))
+	if srv != nil && srv.tlsOn() {
+		if srv.mtlsOn() {
+			r.notef("%s: TLS only on http.addr and grpc.addr (tls.cert_file), with client certificates (tls.client_ca_file): no probe asks them in plaintext or without a client certificate", o)
+		} else {
+			r.notef("%s: TLS only on http.addr and grpc.addr (tls.cert_file): no probe asks them in plaintext", o)
+		}
+	}
+}
+
+// probeTransport says what is wrong with a probe's handler on listener l,
+// or "" when it speaks what l serves.
+func probeTransport(h corev1.ProbeHandler, l listener, srv served) string {
+	speaksTLS, clientCert, known := probeTLS(h)
+	switch {
+	case !known:
+		// A TCP connect completes on either.
+		return ""
+	case l.key == "operator.addr" && speaksTLS:
+		return fmt.Sprintf("it speaks TLS to %s", l)
+	case l.tls && !speaksTLS:
+		return fmt.Sprintf("it speaks plaintext to %s, which refuses it: probe operator.addr instead", l)
+	case l.tls && srv.mtlsOn() && !clientCert:
+		return fmt.Sprintf("%s wants a client certificate signed by tls.client_ca_file, which the probe does not present: probe operator.addr instead", l)
+	case l.key == "http.addr" && h.HTTPGet != nil && srv.operatorAddr != "":
+		return fmt.Sprintf("with operator.addr set (%s), sheba serves /livez and /readyz there, and no longer on http.addr", srv.operatorAddr)
+	}
+	return ""
+}
+
+// plaintextProtocols are the appProtocol values that tell a proxy or mesh
+// to speak plaintext to the port.
+var plaintextProtocols = map[string]bool{"http": true, "kubernetes.io/h2c": true, "kubernetes.io/ws": true}
+
+func listenerList(ls []listener) string {
+	parts := make([]string, len(ls))
+	for i, l := range ls {
+		parts[i] = l.key + " " + l.addr
+	}
+	return strings.Join(parts, ", ")
+}
+
+// probeTLS says whether a probe's handler speaks TLS and presents a client
+// certificate. known is false for a TCP connect, which has no protocol,
+// and for an exec probe kubecheck cannot follow.
+func probeTLS(h corev1.ProbeHandler) (speaksTLS, clientCert, known bool) {
+	switch {
+	case h.HTTPGet != nil:
+		// The kubelet's HTTPS skips verification and has no client
+		// certificate to present.
+		return h.HTTPGet.Scheme == corev1.URISchemeHTTPS, false, true
+	case h.GRPC != nil:
+		// The kubelet's gRPC probe has no TLS at all.
+		return false, false, true
+	case isHealthProbe(h):
+		args := h.Exec.Command[1:]
+		v, set := execFlag(args, "tls", true)
+		on, _ := strconv.ParseBool(v)
+		_, cert := execFlag(args, "tls-client-cert", false)
+		return set && on, cert, true
+	}
+	return false, false, false
+}
+
+// isHealthProbe says whether h runs the image's grpc_health_probe.
+func isHealthProbe(h corev1.ProbeHandler) bool {
+	return h.Exec != nil && len(h.Exec.Command) > 0 && path.Base(h.Exec.Command[0]) == "grpc_health_probe"
+}
+
+// execFlag returns the value of the flag name among args as Go's flag
+// package reads them: -name=value or --name=value, and -name value for a
+// flag that takes a value; a bool flag given alone is "true".
+func execFlag(args []string, name string, isBool bool) (value string, set bool) {
+	for i, a := range args {
+		a = strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
+		switch {
+		case strings.HasPrefix(a, name+"="):
+			return strings.TrimPrefix(a, name+"="), true
+		case a == name && isBool:
+			return "true", true
+		case a == name && i+1 < len(args):
+			return args[i+1], true
+		}
+	}
+	return "", false
 }
 
 // probeTarget returns what a probe asks and the port it asks on. ok is
@@ -521,33 +647,26 @@ func checkProbes(o object, c corev1.Container, r *report) {
 func probeTarget(h corev1.ProbeHandler) (what string, port intstr.IntOrString, ok bool) {
 	switch {
 	case h.HTTPGet != nil:
-		return "httpGet " + h.HTTPGet.Path, h.HTTPGet.Port, true
+		what = "httpGet " + h.HTTPGet.Path
+		if h.HTTPGet.Scheme == corev1.URISchemeHTTPS {
+			what = "httpGet HTTPS " + h.HTTPGet.Path
+		}
+		return what, h.HTTPGet.Port, true
 	case h.TCPSocket != nil:
 		return "tcpSocket", h.TCPSocket.Port, true
 	case h.GRPC != nil:
 		return "grpc", intstr.FromInt32(h.GRPC.Port), true
-	case h.Exec != nil && len(h.Exec.Command) > 0 && path.Base(h.Exec.Command[0]) == "grpc_health_probe":
-		args := h.Exec.Command[1:]
-		for i, a := range args {
-			a = strings.TrimPrefix(a, "-")
-			a = strings.TrimPrefix(a, "-")
-			var addr string
-			switch {
-			case strings.HasPrefix(a, "addr="):
-				addr = strings.TrimPrefix(a, "addr=")
-			case a == "addr" && i+1 < len(args):
-				addr = args[i+1]
-			default:
-				continue
-			}
-			_, p, err := net.SplitHostPort(addr)
-			n, perr := strconv.Atoi(p)
-			if err != nil || perr != nil {
-				return fmt.Sprintf("grpc_health_probe -addr=%s has no port", addr), intstr.IntOrString{}, false
-			}
-			return "exec grpc_health_probe", intstr.FromInt(n), true
+	case isHealthProbe(h):
+		addr, set := execFlag(h.Exec.Command[1:], "addr", false)
+		if !set {
+			return "exec grpc_health_probe without -addr", intstr.IntOrString{}, false
 		}
-		return "exec grpc_health_probe without -addr", intstr.IntOrString{}, false
+		_, p, err := net.SplitHostPort(addr)
+		n, perr := strconv.Atoi(p)
+		if err != nil || perr != nil {
+			return fmt.Sprintf("grpc_health_probe -addr=%s has no port", addr), intstr.IntOrString{}, false
+		}
+		return "exec grpc_health_probe", intstr.FromInt(n), true
 	}
 	return "an exec probe kubecheck cannot follow", intstr.IntOrString{}, false
 }

@@ -23,10 +23,18 @@ func TestKubecheck(t *testing.T) {
 		wantCode int
 		want     string // in stdout when 0, in stderr otherwise
 	}{
-		{"../kubernetes", 0, "readinessProbe grpc → 9090"},
+		{"../kubernetes", 0, "readinessProbe grpc → 9090, grpc.addr :9090 (plaintext)"},
 		{"../kubernetes", 0, "NetworkPolicy sheba selects the pods of Deployment sheba: ingress to http 8080, grpc 9090"},
 		{"../kubernetes", 0, "SHEBA_PAGING_SECRET comes from Secret sheba key paging-secret, required"},
 		{"testdata/ok-exec-readiness", 0, "readinessProbe exec grpc_health_probe → 9090"},
+		{"testdata/ok-tls", 0, "startupProbe httpGet /livez → 8081, operator.addr :8081 (plaintext); livenessProbe httpGet /livez → 8081, operator.addr :8081 (plaintext); readinessProbe grpc → 8081, operator.addr :8081 (plaintext)"},
+		{"testdata/ok-tls", 0, "TLS only on http.addr and grpc.addr (tls.cert_file): no probe asks them in plaintext"},
+		{"testdata/ok-tls", 0, `container "sheba" reads tls.cert_file → Secret sheba-tls key tls.crt, tls.key_file → Secret sheba-tls key tls.key, each on a whole volume the kubelet updates in place`},
+		{"testdata/ok-tls", 0, "sheba's http.addr :8080, grpc.addr :9090 and operator.addr :8081 are container ports"},
+		{"testdata/ok-tls", 0, "NetworkPolicies sheba, sheba-operator select the pods of Deployment sheba: ingress to operator 8081, http 8080, grpc 9090"},
+		{"testdata/ok-tls", 0, "ports http 8080→http (https), grpc 9090→grpc (https)"},
+		{"testdata/ok-mtls", 0, "tls.client_ca_file → Secret sheba-tls key ca.crt"},
+		{"testdata/ok-mtls", 0, "no probe asks them in plaintext or without a client certificate"},
 		{"testdata/broken-unknown-field", 1, `unknown field "periodSecond"`},
 		{"testdata/broken-wrong-type", 1, "cannot unmarshal string into Go struct field DeploymentSpec.spec.replicas of type int32"},
 		{"testdata/broken-probe-port", 1, "readinessProbe grpc targets port 9091, which container sheba does not declare"},
@@ -45,6 +53,17 @@ func TestKubecheck(t *testing.T) {
 		{"testdata/broken-paging-absent", 1, "container sheba has no SHEBA_PAGING_SECRET from a Secret"},
 		{"testdata/broken-dev-key-config", 1, "key config.yaml holds the development API key's hash"},
 		{"testdata/broken-dev-key-env", 1, `container "sheba": SHEBA_AUTH_KEYS holds the development API key's hash`},
+		{"testdata/broken-tls-probe-http", 1, "livenessProbe httpGet /livez on port 8080: it speaks plaintext to http.addr :8080 (TLS only), which refuses it"},
+		{"testdata/broken-tls-exec-readiness", 1, "readinessProbe exec grpc_health_probe on port 9090: it speaks plaintext to grpc.addr :9090 (TLS only)"},
+		{"testdata/broken-mtls-https-probe", 1, "readinessProbe httpGet HTTPS /readyz on port 8080: http.addr :8080 (TLS only) wants a client certificate"},
+		{"testdata/broken-operator-https", 1, "startupProbe httpGet HTTPS /livez on port 8081: it speaks TLS to operator.addr :8081 (plaintext)"},
+		{"testdata/broken-operator-unset", 1, "readinessProbe grpc targets port 8081, where sheba does not listen (http.addr :8080, grpc.addr :9090)"},
+		{"testdata/broken-operator-probes-left", 1, "livenessProbe httpGet /livez on port 8080: with operator.addr set (:8081), sheba serves /livez and /readyz there"},
+		{"testdata/broken-tls-subpath", 1, `tls.cert_file /etc/sheba-tls/tls.crt is mounted with subPath "tls.crt", which the kubelet never updates`},
+		{"testdata/broken-tls-outside-mount", 1, "tls.cert_file /etc/tls/tls.crt is on no mounted volume"},
+		{"testdata/broken-tls-unreadable", 1, `tls.key_file /etc/sheba-tls/tls.key: mode 0440 on volume "tls" lets only root (user and group) read it`},
+		{"testdata/broken-tls-item", 1, `tls.client_ca_file /etc/sheba-tls/ca.crt: volume "tls" projects no item to ca.crt`},
+		{"testdata/broken-tls-service-h2c", 1, `port "grpc" has appProtocol kubernetes.io/h2c, plaintext, but targets grpc.addr :9090 (TLS only)`},
 	} {
 		t.Run(filepath.Base(test.dir)+": "+test.want, func(t *testing.T) {
 			t.Parallel()

@@ -5,9 +5,16 @@
 //     (an unknown field, a wrong type or a kind it does not know is an
 //     error), and passes the API server's own rules that matter here
 //     (names, labels, port names, a selector that matches its template);
-//   - what no schema can say: probe ports exist on the container; the
-//     ConfigMap's config file is accepted by `sheba config check` with the
-//     pod's environment; the ports sheba listens on are the container's;
+//   - what no schema can say: probe ports exist on the container and sheba
+//     listens there, in the protocol the probe speaks (with TLS on, no
+//     plaintext probe of a business port, nor one without a client
+//     certificate when those are required; none in TLS to the operator
+//     port); the ConfigMap's config file is accepted by `sheba config
+//     check` with the pod's environment (Secret values and TLS files stood
+//     in); the TLS files are keys of a Secret volume mounted whole (so a
+//     renewal reaches sheba) that sheba's user can read; a Service does
+//     not tell proxies a TLS port is plaintext; the ports sheba listens on
+//     (operator.addr too) are the container's;
 //     terminationGracePeriodSeconds outlasts shutdown.timeout; the drain
 //     delay outlasts the readiness probe's failure window; the Service, the
 //     PodDisruptionBudget and the HPA reach the Deployment's pods; the

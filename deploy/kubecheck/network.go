@@ -121,8 +121,12 @@ func checkNetworkPolicies(dep object, ctr corev1.Container, podLabels labels.Set
 		}
 	}
 	if blocked && len(reached) == len(ctr.Ports) {
-		r.notef("NetworkPolicy %s selects the pods of %s: ingress to %s; egress in %d rules, none to %v",
-			strings.Join(names, ", "), dep, strings.Join(reached, ", "), len(egress), metadataAddrs)
+		policies := "NetworkPolicy " + names[0] + " selects"
+		if len(names) > 1 {
+			policies = "NetworkPolicies " + strings.Join(names, ", ") + " select"
+		}
+		r.notef("%s the pods of %s: ingress to %s; egress in %d rules, none to %v",
+			policies, dep, strings.Join(reached, ", "), len(egress), metadataAddrs)
 	}
 }
 

@@ -26,7 +26,7 @@ func configCmd(args []string, lookup func(string) (string, bool), stdout, stderr
 	if path == "" {
 		path, _ = lookup("SHEBA_CONFIG")
 	}
-	cfg, err := loadConfig(path, lookup)
+	cfg, err := loadServeConfig(path, lookup)
 	if err != nil {
 		return err
 	}

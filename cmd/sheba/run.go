@@ -103,6 +103,8 @@ func envOf(key string) string {
 	return "SHEBA_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
 }
 
+// loadConfig loads and checks the configuration, for migrate; serve and
+// config check use loadServeConfig.
 func loadConfig(path string, lookup func(string) (string, bool)) (config.Config, error) {
 	if path == "" {
 		path, _ = lookup("SHEBA_CONFIG")
@@ -111,9 +113,27 @@ func loadConfig(path string, lookup func(string) (string, bool)) (config.Config,
 	if err != nil {
 		return config.Config{}, usagef("config: %v", err)
 	}
+	if err := app.CheckHookMethods(cfg.Hook.Methods); err != nil {
+		if e, ok := err.(*config.Error); ok {
+			if v, _ := lookup(envOf("hook.methods")); v != "" {
+				e.Env = envOf("hook.methods")
+			}
+		}
+		return config.Config{}, usagef("config: %v", err)
+	}
+	return cfg, nil
+}
+
+// loadServeConfig is loadConfig, then the TLS files read and checked, before
+// anything connects: a file that is missing, or a key of another
+// certificate, is a bad value of its key. migrate serves nothing and needs
+// no certificate (a migration Job need not mount them).
+func loadServeConfig(path string, lookup func(string) (string, bool)) (config.Config, error) {
+	cfg, err := loadConfig(path, lookup)
+	if err != nil {
+		return cfg, err
+	}
 	if t := cfg.TLS; t.Enabled() {
-		// Before anything connects: a file that is missing, or a key of
-		// another certificate, is a bad value of its key.
 		if _, err := certreload.New(certreload.Options{CertFile: t.CertFile, KeyFile: t.KeyFile, ClientCAFile: t.ClientCAFile}); err != nil {
 			if ke, ok := errors.AsType[*certreload.KeyError](err); ok {
 				e := &config.Error{Key: ke.Key, Msg: ke.Msg}
@@ -124,14 +144,6 @@ func loadConfig(path string, lookup func(string) (string, bool)) (config.Config,
 			}
 			return config.Config{}, usagef("config: %v", err)
 		}
-	}
-	if err := app.CheckHookMethods(cfg.Hook.Methods); err != nil {
-		if e, ok := err.(*config.Error); ok {
-			if v, _ := lookup(envOf("hook.methods")); v != "" {
-				e.Env = envOf("hook.methods")
-			}
-		}
-		return config.Config{}, usagef("config: %v", err)
 	}
 	return cfg, nil
 }
@@ -153,7 +165,7 @@ func serve(ctx context.Context, args []string, lookup func(string) (string, bool
 	if err := noArgs(fs, args); err != nil {
 		return err
 	}
-	cfg, err := loadConfig(*configPath, lookup)
+	cfg, err := loadServeConfig(*configPath, lookup)
 	if err != nil {
 		return err
 	}

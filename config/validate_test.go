@@ -46,7 +46,9 @@ func TestValidate(t *testing.T) {
 		{name: "https hook without a port", change: func(c *Config) { c.Hook.URL = "https://hook.example/check" }},
 		{name: "ext_authz hook", change: func(c *Config) { c.Hook.URL, c.Hook.Protocol = "grpc://127.0.0.1:9001", HookExtAuthz }},
 		{name: "tls", change: func(c *Config) { c.TLS = TLS{CertFile: "/tls/tls.crt", KeyFile: "/tls/tls.key"} }},
-		{name: "mtls", change: func(c *Config) { c.TLS = TLS{CertFile: "/tls/tls.crt", KeyFile: "/tls/tls.key", ClientCAFile: "/tls/ca.crt"} }},
+		{name: "mtls", change: func(c *Config) {
+			c.TLS = TLS{CertFile: "/tls/tls.crt", KeyFile: "/tls/tls.key", ClientCAFile: "/tls/ca.crt"}
+		}},
 		{name: "operator port", change: func(c *Config) { c.Operator.Addr = ":8081" }},
 		{name: "hook cache off", change: func(c *Config) { c.Hook.CacheEntries = 0 }},
 		{name: "drain delay inside timeout", change: func(c *Config) { c.Shutdown.DrainDelay, c.Shutdown.Timeout = 5*time.Second, 6*time.Second }},

@@ -35,8 +35,10 @@ run: build
 
 # The server programs the tests start besides Postgres (PROGRAM=PACKAGE):
 # scripts/need.sh installs the missing ones first when we are root, and
-# otherwise names what to install.
-TEST_PROGRAMS := redis-server=redis-server promtool=prometheus
+# otherwise names what to install. Debian's prometheus package has both
+# prometheus (e2e's TestPrometheusRules) and promtool (the rules' tests in
+# deploy/prometheus, e2e's TestDashboard).
+TEST_PROGRAMS := redis-server=redis-server prometheus=prometheus promtool=prometheus
 
 # Every test, against a throwaway Postgres that scripts/pg.sh starts and removes
 # (installing the server first when it is missing and we are root).

@@ -43,7 +43,10 @@ apt_install() {
 		if [[ -z "${SHEBA_APT_UPDATED:-}" ]]; then
 			apt-get update -q
 		fi
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -q -o DPkg::Lock::Timeout=300 "$@"
+		# Only what the tests run: prometheus recommends a node exporter
+		# (and smartmontools, ipmitool…), which would be started as
+		# services where systemd runs.
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends -o DPkg::Lock::Timeout=300 "$@"
 	} >"$out" 2>&1 </dev/null || status=$?
 	if ((status != 0)); then
 		tail -n 20 "$out" >&2
@@ -73,6 +76,8 @@ need() {
 	fi
 	local i
 	for i in "${!missing[@]}"; do
+		# A package installed for an earlier program may have brought it.
+		has_program "${missing[$i]}" && continue
 		need_log "${missing[$i]} not found: installing it with apt-get (${pkgs[$i]})"
 		apt_install "${pkgs[$i]}" || return 1
 		has_program "${missing[$i]}" || {

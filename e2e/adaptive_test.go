@@ -88,7 +88,7 @@ func load(ctx context.Context, e *testEnv, clients int, warmup, d time.Duration)
 }
 
 // TestAdaptiveOverload is the overload measurement of the adaptive limit
-// (docs/operations.md#adaptive-concurrency): a database-bound endpoint (8
+// (docs/api.md#adaptive-concurrency): a database-bound endpoint (8
 // connections, 5 ms queries) at 8 clients gives goodput G and p99 P; at
 // 200 clients the adaptive limit keeps goodput >= 0.9 G and the p99 of the
 // answered calls <= 3 P, while the fixed limit of 512 lets p99 grow with

@@ -95,16 +95,15 @@ func parseFlags(fs *flag.FlagSet, args []string, maxArgs int) error {
 
 func noArgs(fs *flag.FlagSet, args []string) error { return parseFlags(fs, args, 0) }
 
-// loadConfig loads the file named by --config or SHEBA_CONFIG, with the
-// environment's overrides, and validates it.
 // envOf returns the variable that overrides a config key, as config
 // derives it ("tls.key_file": SHEBA_TLS_KEY_FILE).
 func envOf(key string) string {
 	return "SHEBA_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
 }
 
-// loadConfig loads and checks the configuration, for migrate; serve and
-// config check use loadServeConfig.
+// loadConfig loads the file named by --config or SHEBA_CONFIG, with the
+// environment's overrides, and validates it: for migrate; serve and config
+// check use loadServeConfig.
 func loadConfig(path string, lookup func(string) (string, bool)) (config.Config, error) {
 	if path == "" {
 		path, _ = lookup("SHEBA_CONFIG")

@@ -259,14 +259,19 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 		a.http.TLSConfig = a.certs.ServerConfig("h2", "http/1.1")
 	}
 	if op.Elsewhere {
-		a.operatorGRPC = grpc.NewServer()
+		// No caller of the operator port is authenticated: a health
+		// request is a few bytes, and that is all it takes.
+		a.operatorGRPC = grpc.NewServer(grpc.MaxRecvMsgSize(operatorMaxMessage))
 		healthpb.RegisterHealthServer(a.operatorGRPC, a.health.Service())
 		a.operator = newHTTPServer(cfg.HTTP, gateway.OperatorHandler(op, a.operatorGRPC), log)
 		// Plaintext HTTP/2 (h2c) for the kubelet's grpc probe, HTTP/1.1
-		// for its httpGet ones.
+		// for its httpGet ones; few streams a connection, and a scrape
+		// that stops reading is cut.
 		a.operator.Protocols = new(http.Protocols)
 		a.operator.Protocols.SetHTTP1(true)
 		a.operator.Protocols.SetUnencryptedHTTP2(true)
+		a.operator.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: operatorMaxStreams}
+		a.operator.WriteTimeout = operatorWriteTimeout
 	}
 	return nil
 }
@@ -351,6 +356,15 @@ func newGRPCServer(cfg config.Config, chain grpc.UnaryServerInterceptor, streams
 	}
 	return grpc.NewServer(opts...)
 }
+
+// The bounds of the operator port, whose callers are probes and scrapers:
+// a health request's size, HTTP/2 streams a connection, and the time to
+// write an answer (a /metrics page included).
+const (
+	operatorMaxMessage   = 4 << 10
+	operatorMaxStreams   = 16
+	operatorWriteTimeout = 10 * time.Second
+)
 
 // healthPingTimeout is the statement timeout of the health check's
 // connection: the check gives each ping its interval at most (2 s).
@@ -496,6 +510,11 @@ func (a *App) Serve(ctx context.Context, grpcLis, httpLis net.Listener) error {
 // must be there when operator.addr is set (and not otherwise).
 func (a *App) ServeListeners(ctx context.Context, lis Listeners) error {
 	if (a.operator != nil) != (lis.Operator != nil) {
+		for _, l := range []net.Listener{lis.GRPC, lis.HTTP, lis.Operator} {
+			if l != nil {
+				l.Close()
+			}
+		}
 		a.close()
 		return errors.New("serve: an operator listener is needed exactly when operator.addr is set")
 	}
@@ -508,15 +527,17 @@ func (a *App) ServeListeners(ctx context.Context, lis Listeners) error {
 		reaper: start(ctx, func(ctx context.Context) {
 			idempotency.Reap(ctx, a.store, idempotency.ReapInterval(a.cfg.Idempotency.TTL), a.log)
 		}),
-		// Webhook deliveries stop when the shutdown begins: attempts in
-		// flight get half of the bound to finish, the rest of it to record
-		// their outcome, and whatever is left waits in the queue for any
-		// replica.
-		certs: start(ctx, func(ctx context.Context) {
+		// Certificates are followed until the servers have stopped: the
+		// listeners accept connections through the drain.
+		certs: start(context.WithoutCancel(ctx), func(ctx context.Context) {
 			if a.certs != nil {
 				a.certs.Run(ctx)
 			}
 		}),
+		// Webhook deliveries stop when the shutdown begins: attempts in
+		// flight get half of the bound to finish, the rest of it to record
+		// their outcome, and whatever is left waits in the queue for any
+		// replica.
 		hooks: start(context.WithoutCancel(ctx), func(ctx context.Context) {
 			if err := a.webhooks.Run(ctx, a.cfg.Shutdown.Timeout/2); err != nil {
 				a.log.Warn("stopping webhook deliveries", "error", err)
@@ -526,8 +547,8 @@ func (a *App) ServeListeners(ctx context.Context, lis Listeners) error {
 
 	errc := make(chan error, 3)
 	go func() { errc <- a.grpc.Serve(grpcLis) }()
-	serveHTTP := func(srv *http.Server, l net.Listener) {
-		if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+	serveHTTP := func(l net.Listener, serve func(net.Listener) error) {
+		if err := serve(l); !errors.Is(err, http.ErrServerClosed) {
 			errc <- err
 			return
 		}
@@ -536,19 +557,13 @@ func (a *App) ServeListeners(ctx context.Context, lis Listeners) error {
 	if a.certs != nil {
 		// HTTPS only, HTTP/2 and HTTP/1.1 by ALPN; the certificate comes
 		// from TLSConfig.
-		go func() {
-			if err := a.http.ServeTLS(httpLis, "", ""); !errors.Is(err, http.ErrServerClosed) {
-				errc <- err
-				return
-			}
-			errc <- nil
-		}()
+		go serveHTTP(httpLis, func(l net.Listener) error { return a.http.ServeTLS(l, "", "") })
 	} else {
-		go serveHTTP(a.http, httpLis)
+		go serveHTTP(httpLis, a.http.Serve)
 	}
 	attrs := []any{"grpc_addr", grpcLis.Addr().String(), "http_addr", httpLis.Addr().String()}
 	if a.operator != nil {
-		go serveHTTP(a.operator, lis.Operator)
+		go serveHTTP(lis.Operator, a.operator.Serve)
 		attrs = append(attrs, "operator_addr", lis.Operator.Addr().String())
 	}
 	a.log.InfoContext(ctx, "serving", attrs...)

@@ -56,12 +56,17 @@ func waitDone(ctx context.Context, done <-chan struct{}) bool {
 // reserve then goes to the trace flush.
 func cutReserve(d time.Duration) time.Duration { return min(d/10, time.Second) }
 
+// operatorShutdown bounds the operator port's own drain: probes and
+// scrapes answer in well under a second.
+const operatorShutdown = time.Second
+
 // shutdown stops everything within shutdown.timeout, drain delay included
 // (docs/operations.md#graceful-shutdown): readiness turns false and the
 // webhook runner takes no more jobs; the drain delay passes; the streams
 // end; both servers stop accepting and let the requests in flight finish;
-// then the reaper and the health checker stop, and the pools, the Redis
-// client and the tracer's flush follow (close). Once all the bound but
+// then the operator port stops, the reaper, the health checker and the
+// certificate reloader stop, and the pools, the Redis client and the
+// tracer's flush follow (close). Once all the bound but
 // its cutReserve has passed, whatever still runs is cut: the servers close
 // their connections, which ends the requests' contexts and so their
 // queries, a cancel request goes to every database connection, and what
@@ -92,11 +97,16 @@ func (a *App) shutdown(bg background) error {
 	if !a.stopServers(grace) {
 		cut = append(cut, "requests in flight")
 	}
-	// The operator port last: probes and scrapes see the drain to its end.
+	// The operator port after the servers: probes and scrapes see the
+	// service until it has stopped serving. Its answers are short: a
+	// second, then it is cut, and the grace is left to what follows.
 	if a.operator != nil {
-		if err := a.operator.Shutdown(grace); err != nil {
+		opCtx, cancelOp := context.WithTimeout(grace, operatorShutdown)
+		if err := a.operator.Shutdown(opCtx); err != nil {
 			_ = a.operator.Close()
+			cut = append(cut, "operator requests")
 		}
+		cancelOp()
 		a.operatorGRPC.Stop()
 	}
 	bg.health.stop()

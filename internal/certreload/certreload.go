@@ -96,15 +96,16 @@ func (r *Reloader) Certificate() *x509.Certificate { return r.cur.Load().cert.Le
 // and a GetConfigForClient that gives each handshake the certificate in
 // service and, with a client CA, requires a client certificate it signed.
 // The protocols must be passed here: the config GetConfigForClient returns
-// is the one the handshake uses, so NextProtos added to a clone of this
-// one are not offered.
+// is the one the handshake uses, so NextProtos that net/http adds to a
+// clone of this one are not offered (grpc's credentials re-apply theirs to
+// each config returned, so gRPC gets "h2" either way).
 func (r *Reloader) ServerConfig(nextProtos ...string) *tls.Config {
 	protos := slices.Clone(nextProtos)
 	type forState struct {
 		st  *state
 		cfg *tls.Config
 	}
-	var last atomic.Pointer[forState] // the config of the state in service, made once
+	var last atomic.Pointer[forState] // the config of the state in service, made once per state
 	forClient := func(*tls.ClientHelloInfo) (*tls.Config, error) {
 		st := r.cur.Load()
 		if l := last.Load(); l != nil && l.st == st {

@@ -1,17 +1,9 @@
 package e2e
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
-	"net"
 	"net/http"
 	"net/http/httptrace"
 	"os"
@@ -29,118 +21,14 @@ import (
 
 	"github.com/shebasvc/sheba/config"
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
+	"github.com/shebasvc/sheba/internal/certreload/certtest"
 )
-
-// testCA is a certificate authority made in the test.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-func newTestCA(t *testing.T, name string) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// issue returns a certificate of serial for 127.0.0.1 and localhost (a
-// server's, or with client a client's), and its key, in PEM.
-func (ca *testCA) issue(t *testing.T, serial int64, client bool) (certPEM, keyPEM []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	usage := x509.ExtKeyUsageServerAuth
-	if client {
-		usage = x509.ExtKeyUsageClientAuth
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "sheba"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Duration(serial) * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
-}
-
-func (ca *testCA) pool() *x509.CertPool {
-	p := x509.NewCertPool()
-	p.AddCert(ca.cert)
-	return p
-}
-
-// secretVolume lays files out as the kubelet does a Secret volume: each
-// file a symlink through ..data to a timestamped folder, which an update
-// swaps atomically.
-type secretVolume struct {
-	dir string
-	n   int
-}
-
-func newSecretVolume(t *testing.T, files map[string][]byte) *secretVolume {
-	t.Helper()
-	v := &secretVolume{dir: t.TempDir()}
-	v.update(t, files)
-	for name := range files {
-		if err := os.Symlink(filepath.Join("..data", name), filepath.Join(v.dir, name)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return v
-}
-
-// update writes files into a new folder and swaps ..data to it.
-func (v *secretVolume) update(t *testing.T, files map[string][]byte) {
-	t.Helper()
-	v.n++
-	ts := filepath.Join(v.dir, "..2026_12_02_"+strings.Repeat("0", 2)+string(rune('a'+v.n)))
-	if err := os.Mkdir(ts, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for name, b := range files {
-		if err := os.WriteFile(filepath.Join(ts, name), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	tmp := filepath.Join(v.dir, "..data_tmp")
-	if err := os.Symlink(filepath.Base(ts), tmp); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, filepath.Join(v.dir, "..data")); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func (v *secretVolume) path(name string) string { return filepath.Join(v.dir, name) }
 
 // servedSerial is the serial of the certificate a new TLS connection to
 // addr is served.
-func servedSerial(t *testing.T, addr string, ca *testCA) int64 {
+func servedSerial(t *testing.T, addr string, ca *certtest.Authority) int64 {
 	t.Helper()
-	conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: ca.pool(), ServerName: "127.0.0.1"})
+	conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1"})
 	if err != nil {
 		t.Fatalf("dial %s: %v", addr, err)
 	}
@@ -150,14 +38,14 @@ func servedSerial(t *testing.T, addr string, ca *testCA) int64 {
 
 func TestTLS(t *testing.T) {
 	t.Parallel()
-	ca := newTestCA(t, "test CA")
-	cert, key := ca.issue(t, 10, false)
-	vol := newSecretVolume(t, map[string][]byte{"tls.crt": cert, "tls.key": key})
+	ca := certtest.NewAuthority(t, "test CA")
+	cert, key := ca.Issue(t, 10, false)
+	vol := certtest.NewVolume(t, map[string][]byte{"tls.crt": cert, "tls.key": key})
 	e := newTestEnv(t, func(c *config.Config) {
-		c.TLS = config.TLS{CertFile: vol.path("tls.crt"), KeyFile: vol.path("tls.key")}
+		c.TLS = config.TLS{CertFile: vol.Path("tls.crt"), KeyFile: vol.Path("tls.key")}
 		c.Operator.Addr = "127.0.0.1:0"
 	})
-	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.pool()}, ForceAttemptHTTP2: true}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}, ForceAttemptHTTP2: true}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}
 	get := func(t *testing.T) (*http.Response, bool) {
@@ -178,7 +66,7 @@ func TestTLS(t *testing.T) {
 		if resp.StatusCode != http.StatusOK || resp.ProtoMajor != 2 {
 			t.Errorf("got %d over HTTP/%d, want 200 over HTTP/2", resp.StatusCode, resp.ProtoMajor)
 		}
-		conn, err := grpc.NewClient(e.grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: ca.pool()})), withKey(testKey))
+		conn, err := grpc.NewClient(e.grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: ca.Pool()})), withKey(testKey))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -206,7 +94,7 @@ func TestTLS(t *testing.T) {
 	})
 	t.Run("tls 1.1 refused", func(t *testing.T) {
 		for _, addr := range []string{e.httpAddr, e.grpcAddr} {
-			conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: ca.pool(), MaxVersion: tls.VersionTLS11})
+			conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: ca.Pool(), MaxVersion: tls.VersionTLS11})
 			if err == nil {
 				conn.Close()
 				t.Errorf("%s: a TLS 1.1 handshake succeeded", addr)
@@ -218,8 +106,8 @@ func TestTLS(t *testing.T) {
 			t.Fatalf("served serial %d, want 10", got)
 		}
 		get(t) // a connection opened before the swap
-		cert2, key2 := ca.issue(t, 11, false)
-		vol.update(t, map[string][]byte{"tls.crt": cert2, "tls.key": key2})
+		cert2, key2 := ca.Issue(t, 11, false)
+		vol.Update(t, map[string][]byte{"tls.crt": cert2, "tls.key": key2})
 		waitFor(t, 15*time.Second, "the new certificate on new connections", func() bool {
 			return servedSerial(t, e.httpAddr, ca) == 11 && servedSerial(t, e.grpcAddr, ca) == 11
 		})
@@ -227,7 +115,7 @@ func TestTLS(t *testing.T) {
 			t.Errorf("the HTTP/2 connection opened before: got %d (reused %v), want 200 on it", resp.StatusCode, reused)
 		}
 		// A file that does not parse leaves the certificate in service.
-		vol.update(t, map[string][]byte{"tls.crt": []byte("-----BEGIN CERTIFICATE-----\ngarbage\n"), "tls.key": key2})
+		vol.Update(t, map[string][]byte{"tls.crt": []byte("-----BEGIN CERTIFICATE-----\ngarbage\n"), "tls.key": key2})
 		op := "http://" + e.operatorAddr + "/metrics"
 		waitFor(t, 15*time.Second, "sheba_tls_reload_errors_total above 0", func() bool {
 			resp, err := http.Get(op)
@@ -246,7 +134,7 @@ func TestTLS(t *testing.T) {
 	t.Run("probes", func(t *testing.T) {
 		probe := healthProbe(t)
 		caFile := filepath.Join(t.TempDir(), "ca.crt")
-		if err := os.WriteFile(caFile, ca.pem, 0o600); err != nil {
+		if err := os.WriteFile(caFile, ca.PEM, 0o600); err != nil {
 			t.Fatal(err)
 		}
 		for _, args := range [][]string{
@@ -271,19 +159,14 @@ func TestTLS(t *testing.T) {
 
 func TestMTLS(t *testing.T) {
 	t.Parallel()
-	ca, other := newTestCA(t, "test CA"), newTestCA(t, "another CA")
-	cert, key := ca.issue(t, 20, false)
-	vol := newSecretVolume(t, map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": ca.pem})
+	ca, other := certtest.NewAuthority(t, "test CA"), certtest.NewAuthority(t, "another CA")
+	cert, key := ca.Issue(t, 20, false)
+	vol := certtest.NewVolume(t, map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": ca.PEM})
 	e := newTestEnv(t, func(c *config.Config) {
-		c.TLS = config.TLS{CertFile: vol.path("tls.crt"), KeyFile: vol.path("tls.key"), ClientCAFile: vol.path("ca.crt")}
+		c.TLS = config.TLS{CertFile: vol.Path("tls.crt"), KeyFile: vol.Path("tls.key"), ClientCAFile: vol.Path("ca.crt")}
 	})
-	clientCert := func(ca *testCA) []tls.Certificate {
-		c, k := ca.issue(t, 30, true)
-		pair, err := tls.X509KeyPair(c, k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return []tls.Certificate{pair}
+	clientCert := func(ca *certtest.Authority) []tls.Certificate {
+		return []tls.Certificate{ca.ClientCert(t, 30)}
 	}
 	for _, test := range []struct {
 		name  string
@@ -297,7 +180,7 @@ func TestMTLS(t *testing.T) {
 		{name: "a valid certificate without a key", certs: clientCert(ca), want: http.StatusUnauthorized},
 	} {
 		t.Run(test.name, func(t *testing.T) {
-			tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.pool(), Certificates: test.certs}}
+			tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), Certificates: test.certs}}
 			defer tr.CloseIdleConnections()
 			req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "https://"+e.httpAddr+"/v1/accounts/"+unknownID, nil)
 			if test.key != "" {

@@ -15,13 +15,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/shebasvc/sheba/e2e/shebaproc"
+	"github.com/shebasvc/sheba/internal/certreload/certtest"
 )
 
 func TestNew(t *testing.T) {
-	ca := newAuthority(t, "server CA")
-	clients := newAuthority(t, "client CA")
-	cert, key := ca.issue(t, 7, false)
-	_, otherKey := ca.issue(t, 8, false)
+	ca := certtest.NewAuthority(t, "server CA")
+	clients := certtest.NewAuthority(t, "client CA")
+	cert, key := ca.Issue(t, 7, false)
+	_, otherKey := ca.Issue(t, 8, false)
 	dir := t.TempDir()
 	write := func(name string, b []byte) string {
 		p := filepath.Join(dir, name)
@@ -30,10 +31,10 @@ func TestNew(t *testing.T) {
 		}
 		return p
 	}
-	certFile, keyFile, caFile := write("tls.crt", cert), write("tls.key", key), write("ca.crt", clients.pem)
+	certFile, keyFile, caFile := write("tls.crt", cert), write("tls.key", key), write("ca.crt", clients.PEM)
 	garbage := write("garbage", []byte("-----BEGIN CERT"))
-	badDER := write("bad.der", pemBlock("CERTIFICATE", []byte("not DER")))
-	badKey := write("bad.key", pemBlock("PRIVATE KEY", []byte("not DER")))
+	badDER := write("bad.der", certtest.EncodePEM("CERTIFICATE", []byte("not DER")))
+	badKey := write("bad.key", certtest.EncodePEM("PRIVATE KEY", []byte("not DER")))
 	other := write("other.key", otherKey)
 	missing := filepath.Join(dir, "missing")
 
@@ -94,9 +95,9 @@ func TestNew(t *testing.T) {
 }
 
 func TestNewRegistersTheMetricsOnce(t *testing.T) {
-	ca := newAuthority(t, "server CA")
-	v := newVolume(t, serverFiles(t, ca, 1, nil))
-	o := v.options()
+	ca := certtest.NewAuthority(t, "server CA")
+	v := certtest.NewVolume(t, serverFiles(t, ca, 1, nil))
+	o := options(v)
 	o.Registerer = prometheus.NewRegistry()
 	if _, err := New(o); err != nil {
 		t.Fatal(err)
@@ -111,11 +112,11 @@ func TestNewRegistersTheMetricsOnce(t *testing.T) {
 // TestRotation rotates a Secret volume, with the poll out of the way, so
 // that fsnotify alone notices each swap.
 func TestRotation(t *testing.T) {
-	ca := newAuthority(t, "server CA")
-	v := newVolume(t, serverFiles(t, ca, 1, nil))
+	ca := certtest.NewAuthority(t, "server CA")
+	v := certtest.NewVolume(t, serverFiles(t, ca, 1, nil))
 	reg := prometheus.NewRegistry()
 	logs := &shebaproc.Buffer{}
-	o := v.options()
+	o := options(v)
 	o.Poll = time.Hour
 	o.Registerer = reg
 	o.Log = slog.New(slog.NewTextHandler(logs, nil))
@@ -144,7 +145,7 @@ func TestRotation(t *testing.T) {
 	if got := servedSerial(t, addr, client); got != 1 {
 		t.Fatalf("served serial %d, want 1", got)
 	}
-	if got, want := expiry(), float64(notAfter(1).Unix()); got != want {
+	if got, want := expiry(), float64(certtest.NotAfter(1).Unix()); got != want {
 		t.Errorf("expiry %v, want %v", got, want)
 	}
 	before, err := connect(addr, client)
@@ -153,7 +154,7 @@ func TestRotation(t *testing.T) {
 	}
 	defer before.Close()
 
-	v.update(t, serverFiles(t, ca, 2, nil))
+	v.Update(t, serverFiles(t, ca, 2, nil))
 	eventually(t, "a new connection is served serial 2", served(2))
 	if err := roundTrip(before); err != nil {
 		t.Errorf("the connection opened before the swap: %v", err)
@@ -164,7 +165,7 @@ func TestRotation(t *testing.T) {
 	if got := r.Certificate().SerialNumber.Int64(); got != 2 {
 		t.Errorf("Certificate() serial %d, want 2", got)
 	}
-	if got, want := expiry(), float64(notAfter(2).Unix()); got != want {
+	if got, want := expiry(), float64(certtest.NotAfter(2).Unix()); got != want {
 		t.Errorf("expiry %v, want %v", got, want)
 	}
 	if got := logLines(logs, "msg=\"tls certificate reloaded\" serial=2 not_after=2030-01-03"); len(got) != 1 {
@@ -174,7 +175,7 @@ func TestRotation(t *testing.T) {
 	// A garbled certificate: the error is counted once, serial 2 stays.
 	garbled := serverFiles(t, ca, 3, nil)
 	garbled["tls.crt"] = garbled["tls.crt"][:100]
-	v.update(t, garbled)
+	v.Update(t, garbled)
 	eventually(t, "one reload error", func() bool { return testutil.ToFloat64(r.reloadErrors) == 1 })
 	for range 3 {
 		if got := servedSerial(t, addr, client); got != 2 {
@@ -189,7 +190,7 @@ func TestRotation(t *testing.T) {
 	// refused; the next good update is taken.
 	mismatched := serverFiles(t, ca, 4, nil)
 	mismatched["tls.key"] = serverFiles(t, ca, 5, nil)["tls.key"]
-	v.update(t, mismatched)
+	v.Update(t, mismatched)
 	eventually(t, "two reload errors", func() bool { return testutil.ToFloat64(r.reloadErrors) == 2 })
 	if got := servedSerial(t, addr, client); got != 2 {
 		t.Fatalf("after a mismatched key: served serial %d, want 2", got)
@@ -198,12 +199,12 @@ func TestRotation(t *testing.T) {
 		t.Errorf("warning lines %q, want the second naming tls.key_file", got)
 	}
 
-	v.update(t, serverFiles(t, ca, 6, nil))
+	v.Update(t, serverFiles(t, ca, 6, nil))
 	eventually(t, "a new connection is served serial 6", served(6))
 	if got := testutil.ToFloat64(r.reloadErrors); got != 2 {
 		t.Errorf("reload errors %v, want still 2", got)
 	}
-	if got, want := expiry(), float64(notAfter(6).Unix()); got != want {
+	if got, want := expiry(), float64(certtest.NotAfter(6).Unix()); got != want {
 		t.Errorf("expiry %v, want %v", got, want)
 	}
 	if err := roundTrip(before); err != nil {
@@ -216,7 +217,7 @@ func TestRotation(t *testing.T) {
 // only the watch on the directory they resolve to sees the writes, and it
 // must move with the symlinks. The poll is out of the way.
 func TestWatchFollowsSymlinks(t *testing.T) {
-	ca := newAuthority(t, "server CA")
+	ca := certtest.NewAuthority(t, "server CA")
 	top := t.TempDir()
 	write := func(dir string, f files) {
 		t.Helper()
@@ -275,20 +276,20 @@ func TestWatchFollowsSymlinks(t *testing.T) {
 // TestPoll leaves fsnotify out: the poll alone picks up a change, and
 // counts a bad one once however often it sees it.
 func TestPoll(t *testing.T) {
-	ca := newAuthority(t, "server CA")
-	v := newVolume(t, serverFiles(t, ca, 1, nil))
-	o := v.options()
+	ca := certtest.NewAuthority(t, "server CA")
+	v := certtest.NewVolume(t, serverFiles(t, ca, 1, nil))
+	o := options(v)
 	o.Poll = 200 * time.Millisecond
 	r := start(t, o, func(r *Reloader) { r.noWatch = true })
 	addr := serve(t, r.ServerConfig())
 	client := clientConfig(ca)
 
-	v.update(t, serverFiles(t, ca, 2, nil))
+	v.Update(t, serverFiles(t, ca, 2, nil))
 	eventually(t, "serial 2 by the poll", func() bool { return servedSerial(t, addr, client) == 2 })
 
 	garbled := serverFiles(t, ca, 3, nil)
 	garbled["tls.key"] = []byte("-----BEGIN PRIVATE KEY-----\nMII")
-	v.update(t, garbled)
+	v.Update(t, garbled)
 	eventually(t, "one reload error", func() bool { return testutil.ToFloat64(r.reloadErrors) == 1 })
 	time.Sleep(5 * o.Poll)
 	if got := testutil.ToFloat64(r.reloadErrors); got != 1 {
@@ -300,15 +301,15 @@ func TestPoll(t *testing.T) {
 }
 
 func TestMutualTLS(t *testing.T) {
-	ca := newAuthority(t, "server CA")
-	clientsA := newAuthority(t, "client CA A")
-	clientsB := newAuthority(t, "client CA B")
-	v := newVolume(t, serverFiles(t, ca, 1, clientsA))
-	o := v.options()
+	ca := certtest.NewAuthority(t, "server CA")
+	clientsA := certtest.NewAuthority(t, "client CA A")
+	clientsB := certtest.NewAuthority(t, "client CA B")
+	v := certtest.NewVolume(t, serverFiles(t, ca, 1, clientsA))
+	o := options(v)
 	o.Poll = time.Hour
 	r := start(t, o, nil)
 	addr := serve(t, r.ServerConfig())
-	certA, certB := clientsA.clientCert(t, 10), clientsB.clientCert(t, 20)
+	certA, certB := clientsA.ClientCert(t, 10), clientsB.ClientCert(t, 20)
 
 	// Sessions of the client of CA A, resumed across the CA rotation.
 	sessions := map[uint16]tls.ClientSessionCache{
@@ -349,7 +350,7 @@ func TestMutualTLS(t *testing.T) {
 		}
 	}
 
-	v.update(t, serverFiles(t, ca, 2, clientsB))
+	v.Update(t, serverFiles(t, ca, 2, clientsB))
 	eventually(t, "the certificate of CA B accepted", func() bool { return dial(tls.VersionTLS13, &certB) == nil })
 	for _, version := range []uint16{tls.VersionTLS12, tls.VersionTLS13} {
 		if err := dial(version, &certA); err == nil {
@@ -364,11 +365,11 @@ func TestMutualTLS(t *testing.T) {
 // fixedServer serves a certificate of serial 1 signed by the CA it
 // returns, with the ServerConfig of nextProtos, without running the
 // Reloader.
-func fixedServer(t *testing.T, nextProtos ...string) (*authority, *Reloader, string) {
+func fixedServer(t *testing.T, nextProtos ...string) (*certtest.Authority, *Reloader, string) {
 	t.Helper()
-	ca := newAuthority(t, "server CA")
-	v := newVolume(t, serverFiles(t, ca, 1, nil))
-	r, err := New(v.options())
+	ca := certtest.NewAuthority(t, "server CA")
+	v := certtest.NewVolume(t, serverFiles(t, ca, 1, nil))
+	r, err := New(options(v))
 	if err != nil {
 		t.Fatal(err)
 	}

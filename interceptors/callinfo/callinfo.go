@@ -99,3 +99,15 @@ func FromContext(ctx context.Context) *Info {
 	info, _ := ctx.Value(key{}).(*Info)
 	return info
 }
+
+// MetadataText reports whether v can be a gRPC metadata value as it is:
+// printable ASCII (space to '~'), which grpc-gateway also requires of a
+// header it passes on and net/http of a header value it writes.
+func MetadataText(v string) bool {
+	for i := range len(v) {
+		if v[i] < ' ' || v[i] > '~' {
+			return false
+		}
+	}
+	return true
+}

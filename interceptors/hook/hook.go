@@ -388,7 +388,7 @@ func addHeaders(ctx context.Context, web *callinfo.HTTP, hs map[string][]string)
 			continue
 		}
 		for _, v := range vs {
-			if !printable(v) {
+			if !callinfo.MetadataText(v) {
 				continue
 			}
 			if web != nil {
@@ -442,17 +442,6 @@ func metadataName(name string) bool {
 		}
 	}
 	return name != ""
-}
-
-// printable reports whether v is printable ASCII, all that gRPC metadata
-// and HTTP header values take unchanged.
-func printable(v string) bool {
-	for i := range len(v) {
-		if v[i] < 0x20 || v[i] > 0x7e {
-			return false
-		}
-	}
-	return true
 }
 
 // headerBytes is about the memory hs takes: its text, and a string and

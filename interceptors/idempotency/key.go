@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/shebasvc/sheba/interceptors/callinfo"
 	"github.com/shebasvc/sheba/interceptors/reason"
 )
 
@@ -38,10 +39,8 @@ var errBadKeySyntax = badKey(errKeySyntax.Error())
 // interceptor checks in full.
 func CheckHeader(values []string) error {
 	for _, v := range values {
-		for i := range len(v) {
-			if v[i] < ' ' || v[i] > '~' {
-				return errBadKeySyntax
-			}
+		if !callinfo.MetadataText(v) {
+			return errBadKeySyntax
 		}
 	}
 	return nil

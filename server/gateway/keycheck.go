@@ -6,6 +6,7 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 
 	"github.com/shebasvc/sheba/interceptors/apikey"
+	"github.com/shebasvc/sheba/interceptors/callinfo"
 )
 
 // The key before the body (docs/api.md#authentication): a request to a
@@ -64,23 +65,12 @@ func keyBeforeBody(authn Authenticator, routes *routeTable, r *http.Request) *ht
 func credential(h http.Header, names [2]string) string {
 	for _, name := range names {
 		for _, v := range h[name] {
-			if metadataText(v) {
+			if callinfo.MetadataText(v) {
 				return v
 			}
 		}
 	}
 	return ""
-}
-
-// metadataText reports whether v can be a gRPC metadata value: printable
-// ASCII, as grpc-gateway requires of a header it passes on.
-func metadataText(v string) bool {
-	for i := range len(v) {
-		if v[i] < 0x20 || v[i] > 0x7e {
-			return false
-		}
-	}
-	return true
 }
 
 // withoutBody returns a copy of r with no body, which is never read. The

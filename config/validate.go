@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/net/http/httpguts"
 )
 
 // Validate reports the first problem with c, checking keys in the order of
@@ -489,26 +490,9 @@ func checkHookHeaders(names []string) *Error {
 		// apikey.CarriesKey, which the hook applies too.
 		case n == "x-api-key" || n == "authorization" || n == "grpc-metadata-x-api-key" || n == "grpc-metadata-authorization":
 			return bad(key, "%q carries the API key, which the hook never sees", n)
-		case !validHeaderName(n):
+		case !httpguts.ValidHeaderFieldName(n) || n != strings.ToLower(n):
 			return bad(key, "must be a header name in lowercase, such as \"user-agent\", got %q", n)
 		}
 	}
 	return nil
-}
-
-// validHeaderName reports whether n is an HTTP field name (a token) in
-// lowercase.
-func validHeaderName(n string) bool {
-	if n == "" {
-		return false
-	}
-	for i := range len(n) {
-		b := n[i]
-		switch {
-		case 'a' <= b && b <= 'z', '0' <= b && b <= '9', strings.IndexByte("!#$%&'*+-.^_`|~", b) >= 0:
-		default:
-			return false
-		}
-	}
-	return true
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"maps"
 	"os"
 	"os/exec"
@@ -435,15 +434,10 @@ func startDashboardSheba(t *testing.T) map[string]map[string]bool {
 }
 
 // recordedMetrics returns the names the recording rules of
-// deploy/prometheus/rules.yaml record, with their expressions; none if it
-// does not exist.
+// deploy/prometheus/rules.yaml record, with their expressions.
 func recordedMetrics(t *testing.T) map[string]string {
 	t.Helper()
 	raw, err := os.ReadFile(rulesFile)
-	if errors.Is(err, fs.ErrNotExist) {
-		t.Logf("%s does not exist: only the metrics of /metrics are allowed", rulesFile)
-		return nil
-	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -94,10 +94,9 @@ func deny(code typev3.StatusCode, body string) *authv3.CheckResponse {
 func TestHookExtAuthz(t *testing.T) {
 	t.Parallel()
 	authz, url := startAuthzServer(t)
-	e := newTestEnv(t, func(c *config.Config) {
-		c.Hook.URL, c.Hook.Protocol = url, config.HookExtAuthz
-		c.Hook.Headers = []string{"x-tenant"}
-	})
+	e := newTestEnv(t, withHook(url, func(h *config.Hook) {
+		h.Protocol, h.Headers = config.HookExtAuthz, []string{"x-tenant"}
+	}))
 
 	t.Run("what the server is sent", func(t *testing.T) {
 		id := e.freshAccount(t)
@@ -180,14 +179,11 @@ func TestHookExtAuthz(t *testing.T) {
 	}
 
 	t.Run("server down", func(t *testing.T) {
-		down := newTestEnv(t, func(c *config.Config) {
-			c.Hook.URL, c.Hook.Protocol = "grpc://127.0.0.1:1", config.HookExtAuthz
-		})
+		down := newTestEnv(t, withHook("grpc://127.0.0.1:1", func(h *config.Hook) { h.Protocol = config.HookExtAuthz }))
 		r := down.do(t, http.MethodGet, "/v1/ping", "")
-		st := wantRESTError(t, r, http.StatusServiceUnavailable, codes.Unavailable, "")
+		wantRESTError(t, r, http.StatusServiceUnavailable, codes.Unavailable, "")
 		if r.Header.Get("Retry-After") == "" {
 			t.Error("no Retry-After on HOOK_UNAVAILABLE")
 		}
-		_ = st
 	})
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -24,6 +25,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/shebasvc/sheba/config"
+	"github.com/shebasvc/sheba/e2e/shebaproc"
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/interceptors/reason"
 )
@@ -299,7 +301,7 @@ func TestHookDecisions(t *testing.T) {
 				}
 				if test.wantWhy != "" {
 					info := errorInfo(t, c.st)
-					if info.GetReason() != test.wantWhy || !cmp.Equal(info.GetMetadata(), test.wantMeta, cmpOptEmpty) {
+					if info.GetReason() != test.wantWhy || !cmp.Equal(info.GetMetadata(), test.wantMeta, cmpopts.EquateEmpty()) {
 						t.Errorf("got ErrorInfo %v, want reason %s, metadata %v", info, test.wantWhy, test.wantMeta)
 					}
 				}
@@ -323,10 +325,6 @@ func TestHookDecisions(t *testing.T) {
 	}
 }
 
-var cmpOptEmpty = cmp.Comparer(func(a, b map[string]string) bool {
-	return len(a) == 0 && len(b) == 0 || cmp.Equal(a, b)
-})
-
 // errorInfo returns the one ErrorInfo of st.
 func errorInfo(t *testing.T, st *status.Status) *errdetails.ErrorInfo {
 	t.Helper()
@@ -344,15 +342,7 @@ func errorInfo(t *testing.T, st *status.Status) *errdetails.ErrorInfo {
 
 func TestHookFailures(t *testing.T) {
 	t.Parallel()
-	refused := func() string {
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := lis.Addr().String()
-		lis.Close()
-		return "http://" + addr + "/"
-	}()
+	refused := "http://" + shebaproc.FreeAddr(t) + "/"
 	for _, test := range []struct {
 		name   string
 		answer func(map[string]any) (int, string) // nil: refused connection

@@ -37,7 +37,7 @@ func startPrometheus(t *testing.T, target string) *promServer {
 	if err != nil {
 		t.Fatal("prometheus not found: install it (Debian: apt-get install prometheus; make test does)")
 	}
-	rules, err := filepath.Abs(filepath.Join("..", "deploy", "prometheus", "rules.yaml"))
+	rules, err := filepath.Abs(rulesFile)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -211,11 +211,8 @@ func TestMTLS(t *testing.T) {
 // probeBuild builds, once per test run, the grpc_health_probe the image
 // ships (pinned in tools/go.mod).
 var probeBuild = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "probe")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "grpc_health_probe")
+	// In binDir, removed after the last test.
+	bin := filepath.Join(binDir, "grpc_health_probe")
 	cmd := exec.Command("go", "build", "-modfile=tools/go.mod", "-o", bin, "github.com/grpc-ecosystem/grpc-health-probe")
 	cmd.Dir = ".."
 	cmd.Env = append(os.Environ(), "GOWORK=off")

@@ -25,7 +25,11 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/shebasvc/sheba/interceptors/callinfo"
+	"github.com/shebasvc/sheba/interceptors/idempotency"
+	"github.com/shebasvc/sheba/interceptors/ratelimit"
 	"github.com/shebasvc/sheba/interceptors/reason"
+	"github.com/shebasvc/sheba/interceptors/requestlog"
+	"github.com/shebasvc/sheba/interceptors/retryafter"
 )
 
 // errUnavailable answers a call whose hook failed, under failure mode
@@ -162,17 +166,13 @@ func (h *interceptor) headers(ctx context.Context, web *callinfo.HTTP) map[strin
 	if len(h.o.headers) == 0 {
 		return nil
 	}
-	var md metadata.MD
-	if web == nil {
-		md, _ = metadata.FromIncomingContext(ctx)
-	}
 	var out map[string][]string
-	for _, name := range h.o.headers {
+	for i, name := range h.o.headers {
 		var vs []string
 		if web != nil {
-			vs = web.Header.Values(name)
+			vs = web.Header[h.o.canonical[i]]
 		} else {
-			vs = md[name]
+			vs = metadata.ValueFromIncomingContext(ctx, name)
 		}
 		if len(vs) == 0 {
 			continue
@@ -195,8 +195,7 @@ func (h *interceptor) call(ctx context.Context, method string, msg proto.Message
 		c.Transport, c.HTTPMethod, c.Path, c.Authority = TransportREST, web.Method, web.Target, web.Host
 	} else {
 		c.Transport, c.HTTPMethod, c.Path = TransportGRPC, http.MethodPost, method
-		md, _ := metadata.FromIncomingContext(ctx)
-		if a := md[":authority"]; len(a) > 0 {
+		if a := metadata.ValueFromIncomingContext(ctx, ":authority"); len(a) > 0 {
 			c.Authority = a[0]
 		}
 	}
@@ -312,7 +311,7 @@ func (h *interceptor) replace(ctx context.Context, msg proto.Message, body []byt
 func (h *interceptor) decided(ctx context.Context, req any, handler grpc.UnaryHandler, d Decision, ci *callinfo.Info, web *callinfo.HTTP) (any, error) {
 	addHeaders(ctx, web, d.ResponseHeaders)
 	if d.Break != 0 {
-		if ra := d.ResponseHeaders["retry-after"]; len(ra) > 0 && ci != nil {
+		if ra := d.ResponseHeaders[retryafter.Key]; len(ra) > 0 && ci != nil {
 			if n, err := strconv.Atoi(ra[0]); err == nil && n > 0 {
 				ci.RetryAfter = time.Duration(n) * time.Second
 			}
@@ -348,13 +347,14 @@ func breakError(d Decision) error {
 	}
 	var md map[string]string
 	if d.Reason != "" {
-		md = map[string]string{reason.HookReasonKey: reason.Clip(d.Reason)}
+		md = map[string]string{reason.HookReasonKey: d.Reason}
 	}
-	return reason.ErrorFor(CodeOf(d.Break), reason.HookDenied, reason.Clip(msg), md, d.Break)
+	// Message and Reason were clipped where the decision was taken.
+	return reason.ErrorFor(codeOf(d.Break), reason.HookDenied, msg, md, d.Break)
 }
 
-// CodeOf returns the gRPC code of a break's HTTP status (docs/hook.md).
-func CodeOf(httpStatus int) codes.Code {
+// codeOf returns the gRPC code of a break's HTTP status (docs/hook.md).
+func codeOf(httpStatus int) codes.Code {
 	switch httpStatus {
 	case http.StatusBadRequest:
 		return codes.InvalidArgument
@@ -422,9 +422,9 @@ func reserved(name string) bool {
 	case "content-type", "content-length", "content-encoding", "transfer-encoding", "connection",
 		"keep-alive", "te", "trailer", "upgrade", "vary", "date", "www-authenticate",
 		// What sheba says of the call: its id, its limits, a replay.
-		"x-request-id", "ratelimit", "ratelimit-policy", "idempotent-replayed",
+		requestlog.RequestIDKey, ratelimit.StateKey, ratelimit.PolicyKey, idempotency.ReplayedKey,
 		// sheba sets it on every 429 and 503 (a break's becomes its hint).
-		"retry-after":
+		retryafter.Key:
 		return true
 	}
 	return false

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -117,7 +118,7 @@ func TestBreak(t *testing.T) {
 			if test.why != "" {
 				wantMD = map[string]string{reason.HookReasonKey: test.why}
 			}
-			if len(infos) != 1 || infos[0].GetReason() != reason.HookDenied || !cmp.Equal(infos[0].GetMetadata(), wantMD, cmpEmptyMap) {
+			if len(infos) != 1 || infos[0].GetReason() != reason.HookDenied || !cmp.Equal(infos[0].GetMetadata(), wantMD, cmpopts.EquateEmpty()) {
 				t.Errorf("got ErrorInfo %v, want one of reason %s with metadata %v", infos, reason.HookDenied, wantMD)
 			}
 			if se, ok := err.(*reason.StatusError); !ok || se.HTTPStatus() != test.status {
@@ -132,13 +133,6 @@ func TestBreak(t *testing.T) {
 		})
 	}
 }
-
-var cmpEmptyMap = cmp.Comparer(func(a, b map[string]string) bool {
-	if len(a) == 0 && len(b) == 0 {
-		return true
-	}
-	return cmp.Equal(a, b)
-})
 
 func TestFailureModes(t *testing.T) {
 	failing := clientFunc(func(context.Context, *Call) (Decision, error) {

@@ -3,6 +3,7 @@ package hook
 import (
 	"context"
 	"log/slog"
+	"net/http"
 	"strings"
 	"time"
 
@@ -13,11 +14,14 @@ import (
 )
 
 type options struct {
-	methods      map[string]bool
-	timeout      time.Duration
-	failOpen     bool
-	sendBody     bool
-	headers      []string
+	methods  map[string]bool
+	timeout  time.Duration
+	failOpen bool
+	sendBody bool
+	headers  []string
+	// canonical holds each of headers in the form http.Header keys it
+	// by, made once: looking a lowercase name up costs a conversion.
+	canonical    []string
 	cacheEntries int
 	// breakAfter failures in a row open the breaker for breakFor.
 	breakAfter uint32
@@ -79,10 +83,11 @@ func WithSendBody(send bool) Option {
 // names given: the hook never sees a key.
 func WithHeaders(names ...string) Option {
 	return func(o *options) {
-		o.headers = nil
+		o.headers, o.canonical = nil, nil
 		for _, n := range names {
 			if !apikey.CarriesKey(n) {
 				o.headers = append(o.headers, strings.ToLower(n))
+				o.canonical = append(o.canonical, http.CanonicalHeaderKey(n))
 			}
 		}
 	}

@@ -105,9 +105,19 @@ func ForCode(c codes.Code) string {
 // detail that cannot be marshaled (invalid UTF-8 in a string field) is left
 // out, so the status stays answerable.
 func Status(c codes.Code, reason, msg string, details ...proto.Message) *status.Status {
+	return statusWith(c, reason, msg, nil, details)
+}
+
+// statusWith is Status with metadata in the ErrorInfo; metadata that
+// cannot be marshaled (invalid UTF-8) is left out.
+func statusWith(c codes.Code, reason, msg string, metadata map[string]string, details []proto.Message) *status.Status {
 	p := &spb.Status{Code: int32(c), Message: ValidUTF8(msg)}
 	p.Details = make([]*anypb.Any, 0, 1+len(details))
-	p.Details = append(p.Details, mustAny(&errdetails.ErrorInfo{Reason: reason, Domain: Domain}))
+	info, err := anypb.New(&errdetails.ErrorInfo{Reason: reason, Domain: Domain, Metadata: metadata})
+	if err != nil {
+		info = mustAny(&errdetails.ErrorInfo{Reason: reason, Domain: Domain})
+	}
+	p.Details = append(p.Details, info)
 	for _, d := range details {
 		if a, err := anypb.New(d); err == nil {
 			p.Details = append(p.Details, a)
@@ -125,15 +135,7 @@ func Error(c codes.Code, reason, msg string, details ...proto.Message) error {
 // httpStatus rather than the status of c (0: c's): an answer relayed from
 // another service, whose status sheba keeps (HOOK_DENIED).
 func ErrorFor(c codes.Code, reason, msg string, metadata map[string]string, httpStatus int) error {
-	p := &spb.Status{Code: int32(c), Message: ValidUTF8(msg)}
-	info := &errdetails.ErrorInfo{Reason: reason, Domain: Domain, Metadata: metadata}
-	if a, err := anypb.New(info); err == nil {
-		p.Details = []*anypb.Any{a}
-	} else {
-		// Metadata that cannot be marshaled (invalid UTF-8) is left out.
-		p.Details = []*anypb.Any{mustAny(&errdetails.ErrorInfo{Reason: reason, Domain: Domain})}
-	}
-	return newError(status.FromProto(p), reason, httpStatus, nil)
+	return newError(statusWith(c, reason, msg, metadata, nil), reason, httpStatus, nil)
 }
 
 func newError(st *status.Status, reason string, httpStatus int, details []proto.Message) *StatusError {

@@ -109,7 +109,7 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, o Options) (http.Ha
 		return nil, err
 	}
 	json := markingMarshaler{newErrorBodies(jsonpb, bodies)}
-	gw := runtime.NewServeMux(
+	muxOpts := []runtime.ServeMuxOption{
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, json),
 		// By name too, so that negotiateAccept can choose JSON for a
 		// CBOR body.
@@ -120,11 +120,16 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, o Options) (http.Ha
 		runtime.WithIncomingHeaderMatcher(incomingHeader),
 		runtime.WithOutgoingHeaderMatcher(outgoingHeader),
 		runtime.WithErrorHandler(errorHandler),
-		runtime.WithForwardResponseOption(addChainHeaders),
 		runtime.WithRoutingErrorHandler(routes.routingError),
 		// A form-encoded POST is not a GET in disguise: it is answered 415.
 		runtime.WithDisablePathLengthFallback(),
-	)
+	}
+	if o.ShareRequest {
+		// The chain's headers on a successful answer; the error handler
+		// writes them on the others.
+		muxOpts = append(muxOpts, runtime.WithForwardResponseOption(addChainHeaders))
+	}
+	gw := runtime.NewServeMux(muxOpts...)
 	for _, svc := range services {
 		if err := svc.register(gw); err != nil {
 			return nil, fmt.Errorf("register gateway handler: %w", err)

@@ -156,7 +156,7 @@ func startTestEnv(t testing.TB, setup envSetup) *testEnv {
 	}
 	grpcLis, httpLis := lis.GRPC, lis.HTTP
 	done := make(chan error, 1)
-	go func() { done <- srv.ServeListeners(ctx, lis) }()
+	go func() { done <- srv.Serve(ctx, lis) }()
 	stop := sync.OnceValue(func() error {
 		cancel()
 		return <-done

@@ -18,7 +18,6 @@ import (
 	"github.com/shebasvc/sheba/config"
 	"github.com/shebasvc/sheba/gen/openapiv2"
 	"github.com/shebasvc/sheba/internal/app"
-	"github.com/shebasvc/sheba/internal/certreload"
 	"github.com/shebasvc/sheba/store"
 )
 
@@ -95,10 +94,21 @@ func parseFlags(fs *flag.FlagSet, args []string, maxArgs int) error {
 
 func noArgs(fs *flag.FlagSet, args []string) error { return parseFlags(fs, args, 0) }
 
-// envOf returns the variable that overrides a config key, as config
-// derives it ("tls.key_file": SHEBA_TLS_KEY_FILE).
-func envOf(key string) string {
-	return "SHEBA_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
+// configError is the usage error (exit 2) of a problem the assembly finds
+// in a config key that config cannot check (the files of tls, the names of
+// hook.methods), naming the variable as config.Load does when the value
+// came from the environment.
+func configError(err error, lookup func(string) (string, bool)) error {
+	if e, ok := errors.AsType[*config.Error](err); ok && e.Env == "" {
+		// "tls.key_file" is SHEBA_TLS_KEY_FILE, "hook.methods[1]" is
+		// SHEBA_HOOK_METHODS, as config derives them.
+		key, _, _ := strings.Cut(e.Key, "[")
+		env := "SHEBA_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
+		if v, _ := lookup(env); v != "" {
+			e.Env = env
+		}
+	}
+	return usagef("config: %v", err)
 }
 
 // loadConfig loads the file named by --config or SHEBA_CONFIG, with the
@@ -113,12 +123,7 @@ func loadConfig(path string, lookup func(string) (string, bool)) (config.Config,
 		return config.Config{}, usagef("config: %v", err)
 	}
 	if err := app.CheckHookMethods(cfg.Hook.Methods); err != nil {
-		if e, ok := err.(*config.Error); ok {
-			if v, _ := lookup(envOf("hook.methods")); v != "" {
-				e.Env = envOf("hook.methods")
-			}
-		}
-		return config.Config{}, usagef("config: %v", err)
+		return config.Config{}, configError(err, lookup)
 	}
 	return cfg, nil
 }
@@ -132,17 +137,8 @@ func loadServeConfig(path string, lookup func(string) (string, bool)) (config.Co
 	if err != nil {
 		return cfg, err
 	}
-	if t := cfg.TLS; t.Enabled() {
-		if _, err := certreload.New(certreload.Options{CertFile: t.CertFile, KeyFile: t.KeyFile, ClientCAFile: t.ClientCAFile}); err != nil {
-			if ke, ok := errors.AsType[*certreload.KeyError](err); ok {
-				e := &config.Error{Key: ke.Key, Msg: ke.Msg}
-				if v, _ := lookup(envOf(ke.Key)); v != "" {
-					e.Env = envOf(ke.Key)
-				}
-				return config.Config{}, usagef("config: %v", e)
-			}
-			return config.Config{}, usagef("config: %v", err)
-		}
+	if err := app.CheckTLS(cfg.TLS); err != nil {
+		return config.Config{}, configError(err, lookup)
 	}
 	return cfg, nil
 }

@@ -211,13 +211,8 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 		extra:          o.interceptors,
 	})
 
-	if cfg.TLS.Enabled() {
-		if a.certs, err = certreload.New(certreload.Options{
-			CertFile: cfg.TLS.CertFile, KeyFile: cfg.TLS.KeyFile, ClientCAFile: cfg.TLS.ClientCAFile,
-			Log: log, Registerer: registry,
-		}); err != nil {
-			return err
-		}
+	if a.certs, err = newCerts(cfg.TLS, log, registry); err != nil {
+		return err
 	}
 	a.streams = drain.New()
 	a.grpc = newGRPCServer(cfg, chain, a.streams, tp, a.certs)
@@ -489,7 +484,7 @@ func (a *App) ListenAndServe(ctx context.Context) error {
 			return fmt.Errorf("listen operator.addr: %w", err)
 		}
 	}
-	return a.ServeListeners(ctx, Listeners{GRPC: grpcLis, HTTP: httpLis, Operator: opLis})
+	return a.Serve(ctx, Listeners{GRPC: grpcLis, HTTP: httpLis, Operator: opLis})
 }
 
 // Listeners are where Serve serves: grpc.addr, http.addr and, when
@@ -498,17 +493,12 @@ type Listeners struct {
 	GRPC, HTTP, Operator net.Listener
 }
 
-// Serve serves gRPC on grpcLis and HTTP on httpLis until ctx is done, then
-// shuts down gracefully within shutdown.timeout, everything included
-// (shutdown, docs/operations.md#graceful-shutdown). It returns an error if
-// a listener failed or the shutdown ran out of time.
-func (a *App) Serve(ctx context.Context, grpcLis, httpLis net.Listener) error {
-	return a.ServeListeners(ctx, Listeners{GRPC: grpcLis, HTTP: httpLis})
-}
-
-// ServeListeners is Serve with the operator port's listener too, which
-// must be there when operator.addr is set (and not otherwise).
-func (a *App) ServeListeners(ctx context.Context, lis Listeners) error {
+// Serve serves gRPC on lis.GRPC, HTTP on lis.HTTP and, when operator.addr
+// is set (and only then), the operator port on lis.Operator, until ctx is
+// done, then shuts down gracefully within shutdown.timeout, everything
+// included (shutdown, docs/operations.md#graceful-shutdown). It returns an
+// error if a listener failed or the shutdown ran out of time.
+func (a *App) Serve(ctx context.Context, lis Listeners) error {
 	if (a.operator != nil) != (lis.Operator != nil) {
 		for _, l := range []net.Listener{lis.GRPC, lis.HTTP, lis.Operator} {
 			if l != nil {

@@ -68,7 +68,12 @@ func (r *Reloader) Run(ctx context.Context) {
 		case <-poll.C:
 		}
 		r.check()
-		r.watch(w)
+		// A directory watched only now (the symlinks moved to it) may
+		// have changed between the check and its watch: look again, a
+		// few times at most while the symlinks keep moving.
+		for i := 0; i < 3 && r.watch(w); i++ {
+			r.check()
+		}
 	}
 }
 
@@ -76,10 +81,11 @@ func (r *Reloader) Run(ctx context.Context) {
 // resolves to through its symlinks (in a Secret volume, the timestamped
 // directory ..data points to), and no other: a directory the kubelet
 // replaced is dropped and its successor added. A directory that cannot be
-// watched now is tried again on the next call. w nil does nothing.
-func (r *Reloader) watch(w *fsnotify.Watcher) {
+// watched now is tried again on the next call. It reports whether it added
+// a directory. w nil does nothing.
+func (r *Reloader) watch(w *fsnotify.Watcher) (added bool) {
 	if w == nil {
-		return
+		return false
 	}
 	var want []string
 	for _, f := range []string{r.o.CertFile, r.o.KeyFile, r.o.ClientCAFile} {
@@ -99,6 +105,7 @@ func (r *Reloader) watch(w *fsnotify.Watcher) {
 				continue
 			}
 			have = append(have, d)
+			added = true
 		}
 	}
 	for _, d := range have {
@@ -106,4 +113,5 @@ func (r *Reloader) watch(w *fsnotify.Watcher) {
 			_ = w.Remove(d) // it may be gone with its directory
 		}
 	}
+	return added
 }

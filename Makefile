@@ -193,3 +193,35 @@ test-deploy:
 	$(GO) vet -tags rollout ./deploy
 	bash scripts/pg.sh test -- $(GO) test -tags rollout -count=1 -v -run TestRollingRestart ./deploy
 
+# ------------------------------------------------------------------ browser
+# docs/browser.md: the example page of examples/browser, which calls sheba
+# through the generated TypeScript client (clients/ts), and its test in
+# headless Chromium.
+
+BROWSER_DIR := bin/browser
+# The page's own origin, other than make run's http.addr (:8080);
+# config/dev.yaml allows it in http.cors.allowed_origins.
+EXAMPLE_ADDR ?= 127.0.0.1:8081
+# esbuild finds the npm packages of the page and of clients/ts in the
+# tools' node_modules (NODE_PATH: neither folder has its own).
+ESBUILD := NODE_PATH=$(CURDIR)/tools/ts/node_modules $(NPM_BIN)/esbuild examples/browser/main.ts \
+	--bundle --minify --format=esm --target=es2022 --sourcemap --log-level=warning --outfile=$(BROWSER_DIR)/main.js
+
+.PHONY: example-browser-build example-browser
+
+# The page in bin/browser: type-checked with the client, bundled by
+# esbuild from node_modules (offline once npm ci has run).
+example-browser-build: $(NPM_TOOLS)
+	$(NPM_BIN)/tsc -p examples/browser
+	rm -rf $(BROWSER_DIR) && mkdir -p $(BROWSER_DIR)
+	cp examples/browser/index.html $(BROWSER_DIR)/
+	$(ESBUILD)
+
+# Builds the page and serves bin/browser on EXAMPLE_ADDR with esbuild's
+# file server, for a sheba that make run serves in another terminal; run
+# it again after a change to main.ts. (esbuild's serve mode, which bundles
+# on each request, ignores NODE_PATH, so it cannot find the packages.)
+example-browser: example-browser-build
+	@echo "example-browser: open http://$(EXAMPLE_ADDR)/ (sheba: make run in another terminal)"
+	$(NPM_BIN)/esbuild --servedir=$(BROWSER_DIR) --serve=$(EXAMPLE_ADDR)
+

@@ -68,6 +68,17 @@ type HTTP struct {
 	// once, before the API key is checked; the rest wait a moment, then
 	// are answered 429.
 	MaxConcurrentBodies int `yaml:"max_concurrent_bodies"`
+	// CORS grants web pages of other origins the API.
+	CORS CORS `yaml:"cors"`
+}
+
+// CORS configures cross-origin requests from browsers to the REST routes
+// and the browser protocols (Connect, gRPC-Web).
+type CORS struct {
+	// AllowedOrigins are the origins ("https://app.example.com") whose
+	// pages may call the API; "*" allows every origin. Empty: no CORS
+	// headers at all, and browsers refuse every cross-origin call.
+	AllowedOrigins []string `yaml:"allowed_origins"`
 }
 
 // GRPC configures the gRPC server.

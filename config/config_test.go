@@ -114,6 +114,7 @@ func TestSampleFiles(t *testing.T) {
 			want: func(c *Config) {
 				c.Auth.Keys = []APIKey{}
 				c.Hook.Methods, c.Hook.Headers = []string{}, []string{}
+				c.HTTP.CORS.AllowedOrigins = []string{}
 			},
 		},
 	} {

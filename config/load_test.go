@@ -40,6 +40,7 @@ func TestEnvNames(t *testing.T) {
 		"SHEBA_HTTP_READ_TIMEOUT",
 		"SHEBA_HTTP_IDLE_TIMEOUT",
 		"SHEBA_HTTP_MAX_CONCURRENT_BODIES",
+		"SHEBA_HTTP_CORS_ALLOWED_ORIGINS",
 		"SHEBA_GRPC_ADDR",
 		"SHEBA_GRPC_REFLECTION",
 		"SHEBA_GRPC_MAX_CONCURRENT_STREAMS",
@@ -120,7 +121,7 @@ func TestLoadFile(t *testing.T) {
 		{
 			name: "every key",
 			file: `
-http: { addr: "127.0.0.1:8081", max_body_bytes: 2048, read_header_timeout: 2s, read_timeout: 3s, idle_timeout: 4s, max_concurrent_bodies: 5 }
+http: { addr: "127.0.0.1:8081", max_body_bytes: 2048, read_header_timeout: 2s, read_timeout: 3s, idle_timeout: 4s, max_concurrent_bodies: 5, cors: { allowed_origins: ["https://app.example.com", "*"] } }
 grpc: { addr: "127.0.0.1:9091", reflection: false, max_concurrent_streams: 6 }
 database: { url: "host=db dbname=sheba", max_conns: 4 }
 limits:
@@ -155,6 +156,7 @@ hook: { url: "unix:///run/hook.sock", protocol: http, methods: ["/sheba.v1.Accou
 						Addr: "127.0.0.1:8081", MaxBodyBytes: 2048,
 						ReadHeaderTimeout: 2 * time.Second, ReadTimeout: 3 * time.Second,
 						IdleTimeout: 4 * time.Second, MaxConcurrentBodies: 5,
+						CORS: CORS{AllowedOrigins: []string{"https://app.example.com", "*"}},
 					},
 					GRPC:     GRPC{Addr: "127.0.0.1:9091", Reflection: false, MaxConcurrentStreams: 6},
 					Database: Database{URL: "host=db dbname=sheba", MaxConns: 4},
@@ -289,6 +291,11 @@ log: { level: warn }
 				c.Idempotency.TTL = 2 * time.Hour
 				c.Limits.LoginFailures = LoginFailures{Max: 3, Window: 30 * time.Second}
 			},
+		},
+		{
+			name: "origins of a nested section",
+			env:  map[string]string{"SHEBA_HTTP_CORS_ALLOWED_ORIGINS": `["http://localhost:3000"]`},
+			want: func(c *Config) { c.HTTP.CORS.AllowedOrigins = []string{"http://localhost:3000"} },
 		},
 		{
 			name: "JSON list",

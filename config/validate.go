@@ -45,6 +45,7 @@ func (c Config) check() *Error {
 		},
 		func() *Error { return positive("http.idle_timeout", c.HTTP.IdleTimeout) },
 		func() *Error { return atLeast("http.max_concurrent_bodies", c.HTTP.MaxConcurrentBodies, 1) },
+		func() *Error { return checkOrigins(c.HTTP.CORS.AllowedOrigins) },
 		func() *Error { return checkAddr("grpc.addr", c.GRPC.Addr) },
 		func() *Error { return checkAddrsDiffer(c.HTTP.Addr, c.GRPC.Addr) },
 		func() *Error { return atLeast("grpc.max_concurrent_streams", c.GRPC.MaxConcurrentStreams, 1) },
@@ -477,6 +478,32 @@ func checkHookURL(raw, protocol string) *Error {
 	}
 	if u.Scheme == "grpc" && (u.Path != "" || u.RawQuery != "") {
 		return bad("hook.url", "must be grpc://host:port, with no path (the service is Envoy's Authorization); got %q", raw)
+	}
+	return nil
+}
+
+// checkOrigins checks http.cors.allowed_origins: "*", or origins as a
+// browser sends them in its Origin header, so that each can match one:
+// http or https, a host, a port only when it is not the scheme's default,
+// nothing else (no path, not even "/"), in lowercase.
+func checkOrigins(origins []string) *Error {
+	for i, o := range origins {
+		key := fmt.Sprintf("http.cors.allowed_origins[%d]", i)
+		if o == "*" {
+			continue
+		}
+		u, err := url.Parse(o)
+		switch {
+		case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Opaque != "" ||
+			u.User != nil || u.RawPath != "" || u.Path != "" || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" || strings.HasSuffix(o, "#"):
+			return bad(key, "must be \"*\" or an origin such as \"https://app.example.com\" or \"http://localhost:3000\" (scheme, host and port only), got %q", o)
+		case strings.Contains(o, "*"):
+			return bad(key, "a wildcard is allowed only as the whole entry \"*\", got %q", o)
+		case o != strings.ToLower(o):
+			return bad(key, "must be in lowercase, as browsers send it, got %q", o)
+		case u.Port() == "80" && u.Scheme == "http" || u.Port() == "443" && u.Scheme == "https":
+			return bad(key, "browsers send the origin without the scheme's default port: write %q, got %q", u.Scheme+"://"+u.Hostname(), o)
+		}
 	}
 	return nil
 }

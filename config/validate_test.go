@@ -97,6 +97,48 @@ func TestValidate(t *testing.T) {
 			wantMsg: "http.idle_timeout: must be greater than 0, got 0s",
 		},
 		{
+			name:    "http.cors.allowed_origins with a path",
+			change:  func(c *Config) { c.HTTP.CORS.AllowedOrigins = []string{"*", "https://app.example.com/"} },
+			wantKey: "http.cors.allowed_origins[1]",
+			wantMsg: `http.cors.allowed_origins[1]: must be "*" or an origin such as "https://app.example.com"`,
+		},
+		{
+			name:    "http.cors.allowed_origins without a scheme",
+			change:  func(c *Config) { c.HTTP.CORS.AllowedOrigins = []string{"app.example.com"} },
+			wantKey: "http.cors.allowed_origins[0]",
+			wantMsg: `http.cors.allowed_origins[0]: must be "*" or an origin`,
+		},
+		{
+			name:    "http.cors.allowed_origins with another scheme",
+			change:  func(c *Config) { c.HTTP.CORS.AllowedOrigins = []string{"ftp://app.example.com"} },
+			wantKey: "http.cors.allowed_origins[0]",
+			wantMsg: `http.cors.allowed_origins[0]: must be "*" or an origin`,
+		},
+		{
+			name:    "http.cors.allowed_origins null",
+			change:  func(c *Config) { c.HTTP.CORS.AllowedOrigins = []string{"null"} },
+			wantKey: "http.cors.allowed_origins[0]",
+			wantMsg: `http.cors.allowed_origins[0]: must be "*" or an origin`,
+		},
+		{
+			name:    "http.cors.allowed_origins with a partial wildcard",
+			change:  func(c *Config) { c.HTTP.CORS.AllowedOrigins = []string{"https://*.example.com"} },
+			wantKey: "http.cors.allowed_origins[0]",
+			wantMsg: `http.cors.allowed_origins[0]: a wildcard is allowed only as the whole entry "*"`,
+		},
+		{
+			name:    "http.cors.allowed_origins in capitals",
+			change:  func(c *Config) { c.HTTP.CORS.AllowedOrigins = []string{"https://App.example.com"} },
+			wantKey: "http.cors.allowed_origins[0]",
+			wantMsg: `http.cors.allowed_origins[0]: must be in lowercase`,
+		},
+		{
+			name:    "http.cors.allowed_origins with the default port",
+			change:  func(c *Config) { c.HTTP.CORS.AllowedOrigins = []string{"https://app.example.com:443"} },
+			wantKey: "http.cors.allowed_origins[0]",
+			wantMsg: `http.cors.allowed_origins[0]: browsers send the origin without the scheme's default port: write "https://app.example.com"`,
+		},
+		{
 			name:    "http.max_concurrent_bodies",
 			change:  func(c *Config) { c.HTTP.MaxConcurrentBodies = 0 },
 			wantKey: "http.max_concurrent_bodies",

@@ -57,8 +57,11 @@ type App struct {
 	health                      *health.Checker
 	streams                     *drain.Drainer
 	grpc                        *grpc.Server
-	http                        *http.Server
-	webhooks                    *webhooks.Runner
+	// browser serves the browser protocols (Connect, gRPC-Web) on
+	// http.addr, through its ServeHTTP.
+	browser  *grpc.Server
+	http     *http.Server
+	webhooks *webhooks.Runner
 	// hook is the external hook's client (nil: no hook).
 	hook hook.Client
 	// operator serves operator.addr, with operatorGRPC (grpc.health.v1
@@ -223,6 +226,14 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 	}
 	m.InitializeServer(a.grpc)
 
+	// The browser protocols' own grpc.Server: the same chain, services and
+	// options, served only through its ServeHTTP (gateway.Options.GRPC).
+	// Not a.grpc itself, because GracefulStop ends such calls at once
+	// (grpc-go drains a ServeHTTP call by closing it): this one stops after
+	// the HTTP server has let its requests finish (stopServers).
+	a.browser = newGRPCServer(cfg, chain, a.streams, tp, nil)
+	services.Register(a.browser)
+
 	channel := gateway.NewChannel(chain)
 	services.Register(channel)
 	rest, err := gateway.New(ctx, channel, gateway.Options{
@@ -235,7 +246,9 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 		ShareRequest: hookLink != nil,
 		// The chain's own key check, so that REST reads no body the chain
 		// would refuse.
-		Authenticator: authn,
+		Authenticator:  authn,
+		GRPC:           a.browser,
+		AllowedOrigins: cfg.HTTP.CORS.AllowedOrigins,
 	})
 	if err != nil {
 		return err

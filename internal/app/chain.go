@@ -203,8 +203,9 @@ func fingerprintKey(p config.Paging) ([]byte, error) {
 var errInternal = reason.OutcomeInternal.Err()
 
 // transportOf tells a REST call (over the in-process channel) from a gRPC
-// one, and names the peer: the HTTP client's address, which the gateway
-// passes as x-forwarded-for, or the gRPC connection's.
+// one and from a browser protocol's (connect, grpc-web), and names the
+// peer: the HTTP client's address, which the gateway passes as
+// x-forwarded-for, or the connection's.
 func transportOf(ctx context.Context) (transport, peerAddr string) {
 	if gateway.IsInProcess(ctx) {
 		if v := metadata.ValueFromIncomingContext(ctx, "x-forwarded-for"); len(v) > 0 {
@@ -214,6 +215,9 @@ func transportOf(ctx context.Context) (transport, peerAddr string) {
 	}
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		peerAddr = p.Addr.String()
+	}
+	if b := gateway.BrowserProtocol(ctx); b != "" {
+		return b, peerAddr
 	}
 	return "grpc", peerAddr
 }

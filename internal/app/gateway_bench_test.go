@@ -44,22 +44,32 @@ func BenchmarkGatewayJSON(b *testing.B) {
 	}
 	untraced := handler()
 	unsampled := handler(WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))))
+	const browserPing = "/sheba.v1.PingService/Ping"
 	for _, bc := range []struct {
 		name, method, path, body string
 		h                        http.Handler
 		want                     int
+		// contentType, when set, is the request's (else JSON with a body).
+		contentType string
 	}{
-		{"ping", http.MethodGet, "/v1/ping", "", untraced, http.StatusOK},
-		{"ping-unsampled", http.MethodGet, "/v1/ping", "", unsampled, http.StatusOK},
-		{"get-account", http.MethodGet, "/v1/accounts/" + a.ID, "", untraced, http.StatusOK},
-		{"invalid-username", http.MethodPost, "/v1/accounts", `{"username":"X","password":"password1"}`, untraced, http.StatusBadRequest},
+		{"ping", http.MethodGet, "/v1/ping", "", untraced, http.StatusOK, ""},
+		{"ping-unsampled", http.MethodGet, "/v1/ping", "", unsampled, http.StatusOK, ""},
+		{"get-account", http.MethodGet, "/v1/accounts/" + a.ID, "", untraced, http.StatusOK, ""},
+		{"invalid-username", http.MethodPost, "/v1/accounts", `{"username":"X","password":"password1"}`, untraced, http.StatusBadRequest, ""},
+		// The browser protocols (docs/browser.md), through vanguard.
+		{"ping-connect-json", http.MethodPost, browserPing, "{}", untraced, http.StatusOK, "application/json"},
+		{"ping-connect-proto", http.MethodPost, browserPing, "", untraced, http.StatusOK, "application/proto"},
+		{"ping-grpc-web", http.MethodPost, browserPing, "\x00\x00\x00\x00\x00", untraced, http.StatusOK, "application/grpc-web+proto"},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				req := httptest.NewRequest(bc.method, bc.path, strings.NewReader(bc.body))
 				req.Header.Set("X-Api-Key", key)
-				if bc.body != "" {
+				switch {
+				case bc.contentType != "":
+					req.Header.Set("Content-Type", bc.contentType)
+				case bc.body != "":
 					req.Header.Set("Content-Type", "application/json")
 				}
 				rec := httptest.NewRecorder()

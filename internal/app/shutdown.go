@@ -138,6 +138,9 @@ func (a *App) stopServers(grace context.Context) bool {
 		close(grpcDone)
 	}()
 	err := a.http.Shutdown(grace)
+	// No call is left on the browser protocols' server once the HTTP
+	// server has shut down (or been closed, below).
+	defer a.browser.Stop()
 	if err == nil && waitDone(grace, grpcDone) {
 		return true
 	}

@@ -36,10 +36,13 @@ func limitBody(gw *runtime.ServeMux, w http.ResponseWriter, r *http.Request, max
 }
 
 func errBodyTooLarge(limit int64) error {
-	return &runtime.HTTPStatusError{
-		HTTPStatus: http.StatusRequestEntityTooLarge,
-		Err:        reason.Error(codes.ResourceExhausted, reason.BodyTooLarge, fmt.Sprintf("request body larger than %d bytes", limit)),
-	}
+	return &runtime.HTTPStatusError{HTTPStatus: http.StatusRequestEntityTooLarge, Err: bodyTooLarge(limit)}
+}
+
+// bodyTooLarge is the error of a body over limit bytes, without its HTTP
+// status: the browser protocols answer it by their own mapping.
+func bodyTooLarge(limit int64) error {
+	return reason.Error(codes.ResourceExhausted, reason.BodyTooLarge, fmt.Sprintf("request body larger than %d bytes", limit))
 }
 
 // overLimitError turns the error of a request whose body went over its

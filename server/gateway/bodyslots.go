@@ -47,12 +47,22 @@ func newBodySlots(n int) *bodySlots {
 // release func for when the request is done; answered is true if no slot
 // was free in time and a 429 was written.
 func (s *bodySlots) acquire(gw *runtime.ServeMux, w http.ResponseWriter, r *http.Request) (_ *http.Request, release func(), answered bool) {
+	r, release, busy := s.take(r)
+	if busy {
+		w.Header().Set(retryAfterHeader, "1")
+		writeError(gw, w, r, errNoBodySlot)
+		return r, nil, true
+	}
+	return r, release, false
+}
+
+// take is acquire without the answer: busy is true if no slot was free in
+// time, and then the caller answers errNoBodySlot.
+func (s *bodySlots) take(r *http.Request) (_ *http.Request, release func(), busy bool) {
 	if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
 		return r, func() {}, false
 	}
 	if !s.sem.TryAcquire(1) && !s.wait(r.Context()) {
-		w.Header().Set(retryAfterHeader, "1")
-		writeError(gw, w, r, errNoBodySlot)
 		return r, nil, true
 	}
 	var once sync.Once

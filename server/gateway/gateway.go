@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -51,6 +52,14 @@ type Options struct {
 	// TracerProvider, if not nil, gets an HTTP server span per request,
 	// named by its route; nil leaves tracing out.
 	TracerProvider trace.TracerProvider
+	// GRPC, when not nil, serves the browser protocols (browser.go): the
+	// ServeHTTP of a grpc.Server with the services behind the chain,
+	// to which vanguard transcodes Connect and gRPC-Web calls at
+	// POST /sheba.v1.<Service>/<Method>.
+	GRPC http.Handler
+	// AllowedOrigins are the origins granted CORS (cors.go); empty: none,
+	// and no CORS header is ever written.
+	AllowedOrigins []string
 }
 
 // New returns the REST handler of the sheba.v1 API: grpc-gateway's mux
@@ -187,5 +196,22 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, o Options) (http.Ha
 	if o.TracerProvider != nil {
 		h = serverSpans(h, o.TracerProvider, routes)
 	}
-	return h, nil
+	if o.GRPC != nil {
+		// The browser protocols' spans are the grpc.Server's, as their
+		// calls are its own.
+		b, err := newBrowser(o.GRPC, descs, o, slots, gw)
+		if err != nil {
+			return nil, err
+		}
+		rest := h
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.HasPrefix(r.URL.Path, browserPrefix) {
+				b.ServeHTTP(w, r)
+				return
+			}
+			rest.ServeHTTP(w, r)
+		})
+	}
+	// Outermost: a preflight is answered before any key or limit.
+	return withCORS(h, o.AllowedOrigins), nil
 }

@@ -46,7 +46,7 @@ func keyBeforeBody(authn Authenticator, routes *routeTable, r *http.Request) *ht
 	if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
 		return r
 	}
-	if authn.Known(credential(r.Header, apiKeyHeaders), credential(r.Header, authorizationHeaders)) {
+	if authn.Known(credential(r.Header, apiKeyHeaders[:]), credential(r.Header, authorizationHeaders[:])) {
 		return r
 	}
 	// A path no route has is answered 404 or 405 by the mux, with or
@@ -62,7 +62,7 @@ func keyBeforeBody(authn Authenticator, routes *routeTable, r *http.Request) *ht
 // Grpc-Metadata- form, skipping the values that gRPC metadata cannot carry,
 // which grpc-gateway drops. (When a request sends both forms of x-api-key,
 // grpc-gateway puts them in map order; the plain one is taken here.)
-func credential(h http.Header, names [2]string) string {
+func credential(h http.Header, names []string) string {
 	for _, name := range names {
 		for _, v := range h[name] {
 			if callinfo.MetadataText(v) {

@@ -133,7 +133,7 @@ func TestWrkScript(t *testing.T) {
 	for _, want := range []string{
 		`wrk.method = "POST"`,
 		`wrk.headers["x-api-key"] = "k"`,
-		`wrk.body = [==[{"username":"x"}]==]`,
+		`wrk.body = "{\034username\034:\034x\034}"`,
 		`io.lines("/tmp/ids")`,
 		`"/v1/accounts/" .. ids[math.random(#ids)] .. "/subscription"`,
 		"function response(status, headers, body)",
@@ -142,6 +142,13 @@ func TestWrkScript(t *testing.T) {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("script lacks %q:\n%s", want, b.String())
 		}
+	}
+}
+
+func TestLuaString(t *testing.T) {
+	// gRPC-Web's empty frame, a quote, a backslash, a letter.
+	if got, want := luaString("\x00\x00\"\\a"), `"\000\000\034\092a"`; got != want {
+		t.Errorf("luaString: got %s, want %s", got, want)
 	}
 }
 

@@ -176,6 +176,9 @@ func (s scenario) figures(sr scenarioReport) []figure {
 	if s.moonshot > 0 {
 		out = append(out, goalFig("moonshot", sr.Ratio, "", ">=", s.moonshot))
 	}
+	if s.cpuGoal > 0 {
+		out = append(out, goalFig("CPU/req ratio", sr.CPURatio, "", "<=", s.cpuGoal))
+	}
 	if !s.added || len(sr.Sides) != 2 {
 		return out
 	}

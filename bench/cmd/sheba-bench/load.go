@@ -118,7 +118,25 @@ type execOut struct {
 //go:embed wrk.lua
 var wrkLua string
 
-var wrkTemplate = template.Must(template.New("wrk.lua").Parse(wrkLua))
+var wrkTemplate = template.Must(template.New("wrk.lua").Funcs(template.FuncMap{"lua": luaString}).Parse(wrkLua))
+
+// luaString quotes s as a Lua string literal, every byte that is not
+// printable ASCII (or is a quote or backslash) as a decimal escape, which
+// every Lua reads alike: a body may hold any byte (gRPC-Web's frame header
+// is zeros).
+func luaString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := range len(s) {
+		if c := s[i]; c >= ' ' && c <= '~' && c != '"' && c != '\\' {
+			b.WriteByte(c)
+		} else {
+			fmt.Fprintf(&b, "\\%03d", c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
 
 // wrkScript is what wrk.lua is filled with.
 type wrkScript struct {

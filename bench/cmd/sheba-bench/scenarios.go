@@ -45,6 +45,9 @@ type scenario struct {
 	// added: B is A without one thing (the hook), so the note and the JSON
 	// give what A adds per request: server CPU, p50 and p99.
 	added bool
+	// cpuGoal, when set, is the most A's server CPU per request may be of
+	// B's; the note under the table checks it.
+	cpuGoal float64
 }
 
 // Server keys of bench.servers.
@@ -72,7 +75,8 @@ const (
 // loadScenarioNames are the scenarios of the main table, in the order they
 // run.
 var loadScenarioNames = []string{"ping-rest", "ping-grpc", "error-rest", "readyz", "get-subscription", "get-subscription-pgbench", "login-overload", "ping-rest-traced",
-	"ping-rest-redis", "adaptive-overload", "hook-echo", "hook-echo-subscription", "hook-cached", "hook-ext-authz"}
+	"ping-rest-redis", "adaptive-overload", "hook-echo", "hook-echo-subscription", "hook-cached", "hook-ext-authz",
+	"ping-connect-json", "ping-connect-proto", "ping-grpc-web"}
 
 // scenarioNames is every scenario in the order they run: the load
 // scenarios, then the webhook ones.
@@ -201,5 +205,6 @@ func (b *bench) scenarios() []scenario {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		all[len(all)-2].unavailable = "n/a (redis-server not installed)"
 	}
-	return append(all, b.hookScenarios(wrkGet("/v1/ping", hdr), getSub)...)
+	all = append(all, b.hookScenarios(wrkGet("/v1/ping", hdr), getSub)...)
+	return append(all, b.browserScenarios(hdr, wrkGet("/v1/ping", hdr))...)
 }

@@ -8,7 +8,7 @@ wrk.path = "{{.Path}}"
 wrk.headers["{{$k}}"] = "{{$v}}"
 {{- end}}
 {{- if .Body}}
-wrk.body = [==[{{.Body}}]==]
+wrk.body = {{lua .Body}}
 {{- end}}
 
 counts = {}
@@ -30,6 +30,16 @@ function request()
 end
 {{end}}
 function response(status, headers, body)
+  -- A gRPC-Web answer is 200 whatever its outcome: one whose grpc-status
+  -- (in its headers, or in the trailer frame of its body) is not 0 counts
+  -- as "grpc-<code>".
+  local ct = headers["Content-Type"]
+  if ct and string.sub(ct, 1, 20) == "application/grpc-web" then
+    local code = headers["Grpc-Status"] or string.match(body or "", "grpc%-status:%s*(%d+)")
+    if code ~= "0" then
+      status = "grpc-" .. tostring(code)
+    end
+  end
   counts[status] = (counts[status] or 0) + 1
 end
 
@@ -42,7 +52,7 @@ function done(summary, latency, requests)
   end
   local parts = {}
   for status, n in pairs(total) do
-    parts[#parts + 1] = string.format('"%d":%d', status, n)
+    parts[#parts + 1] = string.format('"%s":%d', tostring(status), n)
   end
   local e = summary.errors
   io.write(string.format(

@@ -1,0 +1,548 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/textproto"
+	"strconv"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/shebasvc/sheba/config"
+	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
+	"github.com/shebasvc/sheba/interceptors/reason"
+)
+
+// The browser protocols (docs/browser.md): each test runs on every one of
+// them, with connect-go's own clients (built from the generated messages,
+// no generated client needed) and, for gRPC-Web's text form, which
+// connect-go does not speak, raw HTTP requests.
+var browserProtocols = []string{"connect-json", "connect-proto", "grpc-web", "grpc-web-text"}
+
+// browserAnswer is what a browser-protocol client sees of a call.
+type browserAnswer[Res any] struct {
+	resp *Res
+	// st is the call's error (nil on success), with its details.
+	st *status.Status
+	// header holds the answer's headers (and, on an error, its trailers).
+	header http.Header
+}
+
+// browserCall calls method with req over protocol p, with key in
+// x-api-key unless it is "". header holds more name, value pairs to send.
+func browserCall[Req, Res any, PReq interface {
+	*Req
+	proto.Message
+}, PRes interface {
+	*Res
+	proto.Message
+}](t *testing.T, e *testEnv, p, method string, req PReq, key string, header ...string) browserAnswer[Res] {
+	t.Helper()
+	h := http.Header{}
+	if key != "" {
+		h.Set("X-Api-Key", key)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		h.Set(header[i], header[i+1])
+	}
+	if p == "grpc-web-text" {
+		resp := PRes(new(Res))
+		st, hdr := grpcWebTextCall(t, e.baseURL+method, h, req, resp)
+		if st != nil {
+			return browserAnswer[Res]{st: st, header: hdr}
+		}
+		return browserAnswer[Res]{resp: (*Res)(resp), header: hdr}
+	}
+	var opts []connect.ClientOption
+	switch p {
+	case "connect-json":
+		opts = append(opts, connect.WithProtoJSON())
+	case "grpc-web":
+		opts = append(opts, connect.WithGRPCWeb())
+	}
+	client := connect.NewClient[Req, Res](http.DefaultClient, e.baseURL+method, opts...)
+	r := connect.NewRequest((*Req)(req))
+	for k, v := range h {
+		r.Header()[k] = v
+	}
+	resp, err := client.CallUnary(t.Context(), r)
+	if err != nil {
+		var ce *connect.Error
+		if !errors.As(err, &ce) {
+			t.Fatalf("%s %s: %v", p, method, err)
+		}
+		return browserAnswer[Res]{st: statusOfConnect(t, ce), header: ce.Meta()}
+	}
+	return browserAnswer[Res]{resp: resp.Msg, header: resp.Header()}
+}
+
+// statusOfConnect is a connect-go error as a gRPC status, details included.
+func statusOfConnect(t *testing.T, ce *connect.Error) *status.Status {
+	t.Helper()
+	p := &spb.Status{Code: int32(ce.Code()), Message: ce.Message()}
+	for _, d := range ce.Details() {
+		v, err := d.Value()
+		if err != nil {
+			t.Fatalf("error detail %s: %v", d.Type(), err)
+		}
+		a, err := anypb.New(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Details = append(p.Details, a)
+	}
+	return status.FromProto(p)
+}
+
+// grpcWebTextCall makes a unary gRPC-Web call in its text form (base64 of
+// the binary frames, both ways), as the grpc-web JavaScript client does by
+// default, and returns its status (nil for OK) and the answer's headers.
+func grpcWebTextCall(t *testing.T, url string, h http.Header, req, resp proto.Message) (*status.Status, http.Header) {
+	t.Helper()
+	msg, err := proto.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	frame := binary.BigEndian.AppendUint32([]byte{0}, uint32(len(msg)))
+	body := base64.StdEncoding.EncodeToString(append(frame, msg...))
+	hr, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hr.Header = h.Clone()
+	hr.Header.Set("Content-Type", "application/grpc-web-text")
+	hr.Header.Set("X-Grpc-Web", "1")
+	r, err := http.DefaultClient.Do(hr)
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	defer r.Body.Close()
+	raw, err := io.ReadAll(r.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.StatusCode != http.StatusOK || !strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc-web-text") {
+		t.Fatalf("POST %s: HTTP %d, Content-Type %q: %s", url, r.StatusCode, r.Header.Get("Content-Type"), raw)
+	}
+	data := decodeBase64Chunks(t, raw)
+	// The status is in the headers of an answer with no message
+	// (trailers-only), else in the trailer frame after the message.
+	trailers := http.Header{}
+	for k, v := range r.Header {
+		trailers[k] = v
+	}
+	for len(data) >= 5 {
+		flag, n := data[0], binary.BigEndian.Uint32(data[1:5])
+		payload := data[5 : 5+n]
+		data = data[5+n:]
+		if flag&0x80 != 0 {
+			// A header block, which ends with an empty line.
+			tp := textproto.NewReader(bufio.NewReader(io.MultiReader(bytes.NewReader(payload), strings.NewReader("\r\n"))))
+			mh, err := tp.ReadMIMEHeader()
+			if err != nil && !errors.Is(err, io.EOF) {
+				t.Fatalf("trailer frame %q: %v", payload, err)
+			}
+			for k, v := range mh {
+				trailers[k] = v
+			}
+			continue
+		}
+		if err := proto.Unmarshal(payload, resp); err != nil {
+			t.Fatalf("message: %v", err)
+		}
+	}
+	code, err := strconv.Atoi(trailers.Get("Grpc-Status"))
+	if err != nil {
+		t.Fatalf("no grpc-status in %v", trailers)
+	}
+	if code == 0 {
+		return nil, trailers
+	}
+	p := &spb.Status{Code: int32(code)}
+	if bin := trailers.Get("Grpc-Status-Details-Bin"); bin != "" {
+		b, err := base64.RawStdEncoding.DecodeString(strings.TrimRight(bin, "="))
+		if err != nil {
+			t.Fatalf("grpc-status-details-bin: %v", err)
+		}
+		if err := proto.Unmarshal(b, p); err != nil {
+			t.Fatalf("grpc-status-details-bin: %v", err)
+		}
+	}
+	return status.FromProto(p), trailers
+}
+
+// decodeBase64Chunks decodes gRPC-Web text, which may be several base64
+// strings one after the other, each padded.
+func decodeBase64Chunks(t *testing.T, b []byte) []byte {
+	t.Helper()
+	var out []byte
+	for len(b) > 0 {
+		end := bytes.IndexByte(b, '=')
+		if end < 0 {
+			end = len(b)
+		}
+		for end < len(b) && b[end] == '=' {
+			end++
+		}
+		d, err := base64.StdEncoding.DecodeString(string(b[:end]))
+		if err != nil {
+			t.Fatalf("base64 %q: %v", b[:end], err)
+		}
+		out, b = append(out, d...), b[end:]
+	}
+	return out
+}
+
+// wantBrowserError checks a browser-protocol error: its code, the reason of
+// its one ErrorInfo and, if field is not empty, a BadRequest violation of
+// that field.
+func wantBrowserError[Res any](t *testing.T, a browserAnswer[Res], code codes.Code, why, field string) {
+	t.Helper()
+	if a.st == nil {
+		t.Fatalf("got success %v, want %v %s", a.resp, code, why)
+	}
+	if a.st.Code() != code {
+		t.Fatalf("got %v %q, want code %v", a.st.Code(), a.st.Message(), code)
+	}
+	var infos []string
+	for _, d := range a.st.Details() {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok {
+			infos = append(infos, ei.GetDomain()+"/"+ei.GetReason())
+		}
+	}
+	if diff := cmp.Diff([]string{reason.Domain + "/" + why}, infos); diff != "" {
+		t.Errorf("ErrorInfo (-want +got):\n%s", diff)
+	}
+	if field != "" && !hasViolation(a.st, field) {
+		t.Errorf("no field violation for %q in %v", field, a.st.Details())
+	}
+}
+
+// TestBrowserProtocols makes the same calls on every browser protocol:
+// they answer as gRPC does, with its codes and ErrorInfo in the protocol's
+// own format, and each is counted once under its gRPC method.
+func TestBrowserProtocols(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	const (
+		ping   = "/sheba.v1.PingService/Ping"
+		get    = "/sheba.v1.AccountService/GetAccount"
+		create = "/sheba.v1.AccountService/CreateAccount"
+	)
+	for _, p := range browserProtocols {
+		t.Run(p, func(t *testing.T) {
+			a := browserCall[shebav1.PingRequest, shebav1.PingResponse](t, e, p, ping, &shebav1.PingRequest{}, testKey)
+			if a.st != nil || a.resp.GetMessage() != "pong" {
+				t.Fatalf("Ping: got %v, %v; want pong", a.resp, a.st)
+			}
+			if a.header.Get("X-Request-Id") == "" {
+				t.Errorf("Ping: no X-Request-Id in %v", a.header)
+			}
+			// Without a key, with a body that is not even read.
+			wantBrowserError(t, browserCall[shebav1.GetAccountRequest, shebav1.GetAccountResponse](t, e, p, get,
+				&shebav1.GetAccountRequest{AccountId: unknownID}, ""), codes.Unauthenticated, reason.APIKeyMissing, "")
+			wantBrowserError(t, browserCall[shebav1.GetAccountRequest, shebav1.GetAccountResponse](t, e, p, get,
+				&shebav1.GetAccountRequest{AccountId: unknownID}, "wrong-key"), codes.Unauthenticated, reason.APIKeyInvalid, "")
+			wantBrowserError(t, browserCall[shebav1.GetAccountRequest, shebav1.GetAccountResponse](t, e, p, get,
+				&shebav1.GetAccountRequest{AccountId: unknownID}, testKey), codes.NotFound, reason.NotFound, "")
+			wantBrowserError(t, browserCall[shebav1.CreateAccountRequest, shebav1.CreateAccountResponse](t, e, p, create,
+				&shebav1.CreateAccountRequest{Username: "NOT VALID!", Password: "password1"}, testKey), codes.InvalidArgument, reason.InvalidArgument, "username")
+			// A bearer key works as on REST and gRPC.
+			created := browserCall[shebav1.CreateAccountRequest, shebav1.CreateAccountResponse](t, e, p, create,
+				&shebav1.CreateAccountRequest{Username: "user-" + strings.ReplaceAll(p, "-", "."), Password: "password1"}, "",
+				"Authorization", "Bearer "+testKey)
+			if created.st != nil || created.resp.GetAccount().GetId() == "" {
+				t.Fatalf("CreateAccount with a bearer key: got %v, %v", created.resp, created.st)
+			}
+		})
+	}
+
+	// Each call above counted once, under its gRPC method, whatever the
+	// protocol: none went through the REST gateway nor twice through the
+	// chain.
+	n := float64(len(browserProtocols))
+	f := e.scrape(t)
+	const acct = "/sheba.v1.AccountService/"
+	wantRequests := map[string]float64{
+		"method=" + ping + ",code=OK,api_key_id=test":                           n,
+		"method=" + acct + "GetAccount,code=Unauthenticated,api_key_id=none":    2 * n,
+		"method=" + acct + "GetAccount,code=NotFound,api_key_id=test":           n,
+		"method=" + acct + "CreateAccount,code=InvalidArgument,api_key_id=test": n,
+		"method=" + acct + "CreateAccount,code=OK,api_key_id=test":              n,
+	}
+	if diff := cmp.Diff(wantRequests, series(f, "sheba_requests_total", "method", "code", "api_key_id")); diff != "" {
+		t.Errorf("sheba_requests_total (-want +got):\n%s", diff)
+	}
+	handled := series(f, "grpc_server_handled_total", "grpc_service", "grpc_method", "grpc_code")
+	for k, want := range map[string]float64{
+		"grpc_service=sheba.v1.PingService,grpc_method=Ping,grpc_code=OK":                          n,
+		"grpc_service=sheba.v1.AccountService,grpc_method=GetAccount,grpc_code=Unauthenticated":    2 * n,
+		"grpc_service=sheba.v1.AccountService,grpc_method=CreateAccount,grpc_code=InvalidArgument": n,
+	} {
+		if got := handled[k]; got != want {
+			t.Errorf("grpc_server_handled_total{%s}: got %v, want %v", k, got, want)
+		}
+	}
+	if got := series(f, "sheba_rejected_total", "reason")["reason=unauthenticated"]; got != 2*n {
+		t.Errorf("sheba_rejected_total{reason=unauthenticated}: got %v, want %v", got, 2*n)
+	}
+	// The log line names the protocol.
+	for _, want := range []string{`"transport":"connect"`, `"transport":"grpc-web"`} {
+		if !strings.Contains(e.logs.String(), want) {
+			t.Errorf("no request log line with %s", want)
+		}
+	}
+}
+
+// TestBrowserRateLimit: a caller over its per-key rate gets
+// RESOURCE_EXHAUSTED KEY_RATE_LIMITED with Retry-After, and the limit's
+// state, on every browser protocol.
+func TestBrowserRateLimit(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, func(c *config.Config) {
+		c.Limits.PerKeyRate, c.Limits.PerKeyBurst = 0.001, 1 // one call, then key_rate
+	})
+	const ping = "/sheba.v1.PingService/Ping"
+	if a := browserCall[shebav1.PingRequest, shebav1.PingResponse](t, e, "connect-proto", ping, &shebav1.PingRequest{}, testKey); a.st != nil {
+		t.Fatalf("first Ping: %v", a.st)
+	}
+	for _, p := range browserProtocols {
+		t.Run(p, func(t *testing.T) {
+			a := browserCall[shebav1.PingRequest, shebav1.PingResponse](t, e, p, ping, &shebav1.PingRequest{}, testKey)
+			wantBrowserError(t, a, codes.ResourceExhausted, reason.KeyRateLimited, "")
+			if s, err := strconv.Atoi(a.header.Get("Retry-After")); err != nil || s < 1 {
+				t.Errorf("Retry-After: got %q, want whole seconds, at least 1", a.header.Get("Retry-After"))
+			}
+			if a.header.Get("RateLimit") == "" || a.header.Get("RateLimit-Policy") == "" {
+				t.Errorf("no RateLimit and RateLimit-Policy in %v", a.header)
+			}
+		})
+	}
+	handled := series(e.scrape(t), "grpc_server_handled_total", "grpc_service", "grpc_method", "grpc_code")
+	if got, want := handled["grpc_service=sheba.v1.PingService,grpc_method=Ping,grpc_code=ResourceExhausted"], float64(len(browserProtocols)); got != want {
+		t.Errorf("grpc_server_handled_total{Ping, ResourceExhausted}: got %v, want %v", got, want)
+	}
+}
+
+// TestBrowserHook: the external hook is asked about a Connect call, as
+// about any gRPC call.
+func TestBrowserHook(t *testing.T) {
+	t.Parallel()
+	h := startHookServer(t, "tcp")
+	e := newTestEnv(t, withHook(h.url))
+	a := browserCall[shebav1.GetAccountRequest, shebav1.GetAccountResponse](t, e, "connect-json", "/sheba.v1.AccountService/GetAccount",
+		&shebav1.GetAccountRequest{AccountId: unknownID}, testKey)
+	wantBrowserError(t, a, codes.NotFound, reason.NotFound, "")
+	got, _ := h.calls()
+	if len(got) != 1 {
+		t.Fatalf("the hook was asked %d times, want once: %v", len(got), got)
+	}
+	want := map[string]any{
+		"method":    "/sheba.v1.AccountService/GetAccount",
+		"transport": "grpc",
+		"caller":    map[string]any{"apiKeyId": testKeyID},
+		"body":      map[string]any{"accountId": unknownID},
+	}
+	for k, v := range want {
+		if diff := cmp.Diff(v, got[0][k]); diff != "" {
+			t.Errorf("hook call's %s (-want +got):\n%s", k, diff)
+		}
+	}
+}
+
+// TestBrowserGuards: what the HTTP side answers before the chain, in the
+// protocol's format: a body over http.max_body_bytes, a gzip body that
+// grows past it, JSON that does not decode, a method the API has not, and
+// another HTTP method or content type.
+func TestBrowserGuards(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, func(c *config.Config) { c.HTTP.MaxBodyBytes = 1024 })
+	const create = "/sheba.v1.AccountService/CreateAccount"
+	big := &shebav1.CreateAccountRequest{Username: "someone", Password: strings.Repeat("p", 2000)}
+	for _, p := range browserProtocols {
+		t.Run(p, func(t *testing.T) {
+			wantBrowserError(t, browserCall[shebav1.CreateAccountRequest, shebav1.CreateAccountResponse](t, e, p, create, big, testKey),
+				codes.ResourceExhausted, reason.BodyTooLarge, "")
+			wantBrowserError(t, browserCall[shebav1.PingRequest, shebav1.PingResponse](t, e, p, "/sheba.v1.PingService/Nope",
+				&shebav1.PingRequest{}, testKey), codes.Unimplemented, reason.ForCode(codes.Unimplemented), "")
+		})
+	}
+	post := func(t *testing.T, method, contentType, encoding string, body []byte) restResponse {
+		t.Helper()
+		h := []string{"Content-Type", contentType, "Connect-Protocol-Version", "1"}
+		if encoding != "" {
+			h = append(h, "Content-Encoding", encoding)
+		}
+		return e.do(t, method, create, string(body), h...)
+	}
+	// A gzip bomb: 1 KiB at most as sent, far more once decompressed.
+	var bomb bytes.Buffer
+	zw := gzip.NewWriter(&bomb)
+	_, _ = zw.Write(append([]byte(`{"username":"someone","password":"`), bytes.Repeat([]byte("p"), 1<<19)...))
+	_ = zw.Close()
+	if bomb.Len() > 1024 {
+		t.Fatalf("the bomb is %d bytes compressed", bomb.Len())
+	}
+	for _, test := range []struct {
+		name                        string
+		method, contentType, encode string
+		body                        []byte
+		httpCode                    int
+		code                        codes.Code
+		why                         string
+	}{
+		{"gzip past the limit", http.MethodPost, "application/json", "gzip", bomb.Bytes(), http.StatusTooManyRequests, codes.ResourceExhausted, reason.BodyTooLarge},
+		{"JSON garbage", http.MethodPost, "application/json", "", []byte(`{"username": x`), http.StatusBadRequest, codes.InvalidArgument, reason.MalformedBody},
+		{"unknown field", http.MethodPost, "application/json", "", []byte(`{"extra":1}`), http.StatusBadRequest, codes.InvalidArgument, reason.MalformedBody},
+		{"not gzip", http.MethodPost, "application/json", "gzip", []byte(`{}`), http.StatusBadRequest, codes.InvalidArgument, reason.MalformedBody},
+		{"GET", http.MethodGet, "application/json", "", nil, http.StatusMethodNotAllowed, codes.Unimplemented, reason.MethodNotAllowed},
+		{"gRPC", http.MethodPost, "application/grpc", "", []byte("x"), http.StatusUnsupportedMediaType, codes.InvalidArgument, reason.UnsupportedMediaType},
+	} {
+		t.Run(test.name, func(t *testing.T) {
+			r := post(t, test.method, test.contentType, test.encode, test.body)
+			var st *status.Status
+			if test.method == http.MethodPost && test.contentType == "application/json" {
+				wantCode(t, r, test.httpCode)
+				st = connectErrorBody(t, r.Body)
+				if st.Code() != test.code {
+					t.Fatalf("got code %v, want %v; body %s", st.Code(), test.code, r.Body)
+				}
+			} else {
+				// Not a browser protocol's request: REST's error body.
+				st = status.FromProto(wantRESTError(t, r, test.httpCode, test.code, ""))
+			}
+			if got := reason.Of(st); got != test.why {
+				t.Errorf("reason: got %q, want %q; body %s", got, test.why, r.Body)
+			}
+		})
+	}
+}
+
+// connectErrorBody reads a Connect error's JSON body as a status.
+func connectErrorBody(t *testing.T, body []byte) *status.Status {
+	t.Helper()
+	var ce struct {
+		Code    connect.Code `json:"code"`
+		Message string       `json:"message"`
+		Details []struct {
+			Type  string `json:"type"`
+			Value string `json:"value"`
+		} `json:"details"`
+	}
+	if err := json.Unmarshal(body, &ce); err != nil {
+		t.Fatalf("Connect error %s: %v", body, err)
+	}
+	p := &spb.Status{Code: int32(ce.Code), Message: ce.Message}
+	for _, d := range ce.Details {
+		v, err := base64.RawStdEncoding.DecodeString(strings.TrimRight(d.Value, "="))
+		if err != nil {
+			t.Fatalf("detail %s: %v", d.Type, err)
+		}
+		p.Details = append(p.Details, &anypb.Any{TypeUrl: "type.googleapis.com/" + d.Type, Value: v})
+	}
+	return status.FromProto(p)
+}
+
+// TestBrowserCORS: with allowed origins, a preflight is answered without a
+// key and an allowed origin's requests (REST and browser protocols) are
+// granted with the headers a client reads; another origin gets no grant.
+// By default no CORS header is ever written.
+func TestBrowserCORS(t *testing.T) {
+	t.Parallel()
+	const allowed, refused = "http://app.example.test", "http://evil.example.test"
+	on := newTestEnv(t, func(c *config.Config) { c.HTTP.CORS.AllowedOrigins = []string{allowed} })
+	off := newTestEnv(t)
+	preflight := func(t *testing.T, e *testEnv, origin, path string) restResponse {
+		t.Helper()
+		return e.do(t, http.MethodOptions, path, "", "X-Api-Key", "", "Origin", origin,
+			"Access-Control-Request-Method", "POST",
+			"Access-Control-Request-Headers", "connect-protocol-version,content-type,x-api-key,x-grpc-web,x-user-agent")
+	}
+	connectPost := func(t *testing.T, e *testEnv, origin string) restResponse {
+		t.Helper()
+		return e.do(t, http.MethodPost, "/sheba.v1.AccountService/GetAccount", `{"accountId":"`+unknownID+`"}`,
+			"Origin", origin, "Connect-Protocol-Version", "1")
+	}
+
+	t.Run("preflight allowed", func(t *testing.T) {
+		r := preflight(t, on, allowed, "/sheba.v1.AccountService/GetAccount")
+		wantCode(t, r, http.StatusNoContent)
+		for k, want := range map[string]string{
+			"Access-Control-Allow-Origin":  allowed,
+			"Access-Control-Allow-Methods": "POST",
+			"Access-Control-Allow-Headers": "connect-protocol-version,content-type,x-api-key,x-grpc-web,x-user-agent",
+			"Access-Control-Max-Age":       "7200",
+		} {
+			if got := r.Header.Get(k); got != want {
+				t.Errorf("%s: got %q, want %q", k, got, want)
+			}
+		}
+	})
+	t.Run("preflight refused", func(t *testing.T) {
+		r := preflight(t, on, refused, "/v1/ping")
+		wantNoGrant(t, r)
+	})
+	t.Run("request allowed", func(t *testing.T) {
+		r := connectPost(t, on, allowed)
+		wantCode(t, r, http.StatusNotFound)
+		if got := r.Header.Get("Access-Control-Allow-Origin"); got != allowed {
+			t.Errorf("Access-Control-Allow-Origin: got %q, want %q", got, allowed)
+		}
+		exposed := map[string]bool{}
+		for _, h := range strings.Split(r.Header.Get("Access-Control-Expose-Headers"), ",") {
+			exposed[http.CanonicalHeaderKey(strings.TrimSpace(h))] = true
+		}
+		for _, h := range []string{"Grpc-Status", "Grpc-Message", "Grpc-Status-Details-Bin", "Connect-Content-Encoding",
+			"Ratelimit", "Ratelimit-Policy", "Retry-After", "X-Request-Id", "Idempotent-Replayed"} {
+			if !exposed[h] {
+				t.Errorf("%s not in Access-Control-Expose-Headers %q", h, r.Header.Get("Access-Control-Expose-Headers"))
+			}
+		}
+		rest := on.do(t, http.MethodGet, "/v1/ping", "", "Origin", allowed)
+		wantCode(t, rest, http.StatusOK)
+		if got := rest.Header.Get("Access-Control-Allow-Origin"); got != allowed {
+			t.Errorf("REST: Access-Control-Allow-Origin: got %q, want %q", got, allowed)
+		}
+	})
+	t.Run("request refused", func(t *testing.T) {
+		r := connectPost(t, on, refused)
+		wantCode(t, r, http.StatusNotFound)
+		wantNoGrant(t, r)
+	})
+	t.Run("default", func(t *testing.T) {
+		for _, r := range []restResponse{preflight(t, off, allowed, "/sheba.v1.AccountService/GetAccount"), connectPost(t, off, allowed),
+			off.do(t, http.MethodGet, "/v1/ping", "", "Origin", allowed)} {
+			for k := range r.Header {
+				if strings.HasPrefix(k, "Access-Control-") {
+					t.Errorf("%s: %q with no allowed origins", k, r.Header.Get(k))
+				}
+			}
+		}
+	})
+}
+
+// wantNoGrant checks that an answer grants no CORS access.
+func wantNoGrant(t *testing.T, r restResponse) {
+	t.Helper()
+	for _, k := range []string{"Access-Control-Allow-Origin", "Access-Control-Allow-Methods", "Access-Control-Allow-Headers", "Access-Control-Expose-Headers"} {
+		if v := r.Header.Get(k); v != "" {
+			t.Errorf("%s: %q for a refused origin", k, v)
+		}
+	}
+}

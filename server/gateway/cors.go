@@ -1,0 +1,61 @@
+package gateway
+
+import (
+	"net/http"
+
+	"github.com/rs/cors"
+)
+
+// CORS (docs/browser.md#cors), by rs/cors: the pages of the configured
+// origins may call the REST routes and the browser protocols; a preflight
+// is answered before the key, the limits or the body are looked at; a
+// request from any other origin is served as ever, with no CORS header
+// that grants it anything, so its page cannot read the answer. Cookies and
+// client certificates are not asked for (AllowCredentials off): a browser
+// client sends its key in a header.
+
+// corsMethods are the methods of the REST routes and the browser protocols.
+var corsMethods = []string{http.MethodGet, http.MethodPost, http.MethodDelete}
+
+// corsRequestHeaders are the headers a client may send: those of Connect and
+// gRPC-Web clients (connect-es, grpc-web), the API key, sheba's own and the
+// W3C trace context. A browser asks for every header beyond the few the
+// Fetch standard safelists, and one left out fails the whole call.
+var corsRequestHeaders = []string{
+	"Content-Type", "Accept", "Content-Encoding",
+	"Connect-Protocol-Version", "Connect-Timeout-Ms", "Connect-Content-Encoding", "Connect-Accept-Encoding",
+	"Grpc-Timeout", "Grpc-Encoding", "Grpc-Accept-Encoding", "X-Grpc-Web", "X-User-Agent",
+	"X-Api-Key", "Authorization", "Idempotency-Key", "X-Request-Id",
+	"Traceparent", "Tracestate",
+}
+
+// corsExposedHeaders are the answer's headers a page may read beyond the
+// safelisted ones: the status of a gRPC-Web call that failed at once (its
+// trailers then come as headers), the encodings the protocols negotiate,
+// and sheba's own: the limits' state, the retry hint, the request id and
+// the idempotent replay. Named one by one: Access-Control-Expose-Headers
+// takes no prefix pattern, and Connect's response headers are these two.
+var corsExposedHeaders = []string{
+	"Grpc-Status", "Grpc-Message", "Grpc-Status-Details-Bin", "Grpc-Encoding", "Grpc-Accept-Encoding",
+	"Connect-Content-Encoding", "Connect-Accept-Encoding", "Content-Encoding",
+	"RateLimit", "RateLimit-Policy", "Retry-After", "X-Request-Id", "Idempotent-Replayed",
+}
+
+// corsMaxAge is how long a browser may keep a preflight's answer, in
+// seconds: two hours, the most Chromium keeps one.
+const corsMaxAge = 7200
+
+// withCORS returns h granting CORS to origins ("*": all); with none, h as it
+// is.
+func withCORS(h http.Handler, origins []string) http.Handler {
+	if len(origins) == 0 {
+		return h
+	}
+	return cors.New(cors.Options{
+		AllowedOrigins: origins,
+		AllowedMethods: corsMethods,
+		AllowedHeaders: corsRequestHeaders,
+		ExposedHeaders: corsExposedHeaders,
+		MaxAge:         corsMaxAge,
+	}).Handler(h)
+}

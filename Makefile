@@ -207,7 +207,7 @@ EXAMPLE_ADDR ?= 127.0.0.1:8081
 ESBUILD := NODE_PATH=$(CURDIR)/tools/ts/node_modules $(NPM_BIN)/esbuild examples/browser/main.ts \
 	--bundle --minify --format=esm --target=es2022 --sourcemap --log-level=warning --outfile=$(BROWSER_DIR)/main.js
 
-.PHONY: example-browser-build example-browser
+.PHONY: example-browser-build example-browser test-browser
 
 # The page in bin/browser: type-checked with the client, bundled by
 # esbuild from node_modules (offline once npm ci has run).
@@ -225,3 +225,11 @@ example-browser: example-browser-build
 	@echo "example-browser: open http://$(EXAMPLE_ADDR)/ (sheba: make run in another terminal)"
 	$(NPM_BIN)/esbuild --servedir=$(BROWSER_DIR) --serve=$(EXAMPLE_ADDR)
 
+# The page in headless Chromium (e2e/browserpage_test.go, build tag browser,
+# which make test leaves out) against sheba on a throwaway Postgres: the
+# pong and the list from an allowed origin, the failure from another.
+# Installs Debian's chromium when it is missing and we are root.
+test-browser: example-browser-build
+	bash scripts/need.sh chromium=chromium
+	$(GO) vet -tags browser ./e2e
+	bash scripts/pg.sh test -- $(GO) test -tags browser -count=1 -v -run '^TestBrowserPage' ./e2e

@@ -3,7 +3,7 @@
 // Connect-ES transport. `make example-browser` bundles and serves it.
 //
 // The query can fill the form and start the calls at once, which is how the
-// browser test (e2e/browser_test.go) drives it:
+// browser test (e2e/browserpage_test.go) drives it:
 // ?server=http://127.0.0.1:8080&key=KEY&protocol=grpc-web. A key in a URL
 // ends up in the history and in logs: type it in the form for real keys.
 

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -355,7 +357,7 @@ func TestDatabaseOutage(t *testing.T) {
 }
 
 // TestShutdownUnderLoad cancels the Serve context, as SIGTERM does in
-// cmd/sheba, with 50 slow calls in flight: readiness turns 503 during the
+// cmd/sheba, with 50 slow calls in flight (gRPC, Connect and REST): readiness turns 503 during the
 // drain delay, every call completes with its normal answer, the listeners
 // then refuse connections, and Serve returns nil (exit status 0).
 func TestShutdownUnderLoad(t *testing.T) {
@@ -390,14 +392,29 @@ func TestShutdownUnderLoad(t *testing.T) {
 		return resp.StatusCode, err
 	}
 
+	// Connect calls run on a grpc.Server of their own through its
+	// ServeHTTP, which a GracefulStop would cut.
+	connectGet := connect.NewClient[shebav1.GetAccountRequest, shebav1.GetAccountResponse](client,
+		e.baseURL+"/sheba.v1.AccountService/GetAccount", connect.WithProtoJSON())
+
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			if i%2 == 0 {
+			switch i % 3 {
+			case 0:
 				got, err := e.account.GetAccount(t.Context(), &shebav1.GetAccountRequest{AccountId: id})
 				if err == nil && got.GetAccount().GetUsername() != "steady" {
 					err = errors.New("wrong account: " + got.String())
+				}
+				errs[i] = err
+				return
+			case 1:
+				req := connect.NewRequest(&shebav1.GetAccountRequest{AccountId: id})
+				req.Header().Set("X-Api-Key", testKey)
+				got, err := connectGet.CallUnary(t.Context(), req)
+				if err == nil && got.Msg.GetAccount().GetUsername() != "steady" {
+					err = errors.New("Connect: wrong account: " + got.Msg.String())
 				}
 				errs[i] = err
 				return

@@ -179,6 +179,18 @@ func TestTraces(t *testing.T) {
 			},
 			wantAttr: attribute.String("rpc.method", "sheba.v1.AccountService/GetAccount"),
 		},
+		{
+			// The browser protocols' calls are the gRPC server's own.
+			name: "Connect", traceID: "6bf92f3577b34da6a3ce929d0e0e4738", parent: "20f067aa0ba902b9",
+			call: func(tp string) {
+				a := browserCall[shebav1.GetAccountRequest, shebav1.GetAccountResponse](t, e, "connect-json",
+					"/sheba.v1.AccountService/GetAccount", &shebav1.GetAccountRequest{AccountId: id}, testKey, "Traceparent", tp)
+				if a.st != nil {
+					t.Fatalf("GetAccount: %v", a.st)
+				}
+			},
+			wantAttr: attribute.String("rpc.method", "sheba.v1.AccountService/GetAccount"),
+		},
 	} {
 		t.Run(test.name, func(t *testing.T) {
 			test.call("00-" + test.traceID + "-" + test.parent + "-01")
@@ -199,6 +211,15 @@ func TestTraces(t *testing.T) {
 				}
 				return server != nil
 			})
+			servers := 0
+			for _, s := range inTrace {
+				if s.SpanKind == trace.SpanKindServer {
+					servers++
+				}
+			}
+			if servers != 1 {
+				t.Errorf("%d server spans in the trace, want 1: %s", servers, spanNames(inTrace))
+			}
 			if got := server.Parent().SpanID().String(); got != test.parent {
 				t.Errorf("server span %q: parent %s, want the caller's %s", server.Name(), got, test.parent)
 			}

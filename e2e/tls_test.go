@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -73,6 +75,13 @@ func TestTLS(t *testing.T) {
 		defer conn.Close()
 		if _, err := shebav1.NewPingServiceClient(conn).Ping(t.Context(), &shebav1.PingRequest{}); err != nil {
 			t.Errorf("Ping over TLS: %v", err)
+		}
+		// The browser protocols, over HTTPS and HTTP/2.
+		for name, opts := range map[string][]connect.ClientOption{"Connect": nil, "gRPC-Web": {connect.WithGRPCWeb()}} {
+			c := connect.NewClient[shebav1.PingRequest, shebav1.PingResponse](client, "https://"+e.httpAddr+"/sheba.v1.PingService/Ping", opts...)
+			if r, err := c.CallUnary(t.Context(), connect.NewRequest(&shebav1.PingRequest{})); err != nil || r.Msg.GetMessage() != "pong" {
+				t.Errorf("Ping over %s and HTTPS: %v, %v", name, r, err)
+			}
 		}
 	})
 	t.Run("plaintext refused", func(t *testing.T) {

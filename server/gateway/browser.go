@@ -209,19 +209,23 @@ func (b *browser) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	r = r.WithContext(context.WithValue(r.Context(), browserKey{}, p))
 	if !b.keyed(r) {
+		// In memory already: it takes no body slot.
 		r.Body, r.ContentLength = io.NopCloser(strings.NewReader(p.empty)), int64(len(p.empty))
 		r.Header.Del("Content-Encoding")
 		r.Header.Del("Content-Length")
-	} else if b.declaredOverLimit(r, p) {
-		b.writeError(w, r, p, bodyTooLarge(b.maxBody), 0)
-		return
+	} else {
+		if b.declaredOverLimit(r, p) {
+			b.writeError(w, r, p, bodyTooLarge(b.maxBody), 0)
+			return
+		}
+		var release func()
+		var busy bool
+		if r, release, busy = b.slots.take(r); busy {
+			b.writeError(w, r, p, errNoBodySlot, time.Second)
+			return
+		}
+		defer release()
 	}
-	r, release, busy := b.slots.take(r)
-	if busy {
-		b.writeError(w, r, p, errNoBodySlot, time.Second)
-		return
-	}
-	defer release()
 	if p.text {
 		r.Body = struct {
 			io.Reader

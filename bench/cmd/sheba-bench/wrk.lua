@@ -35,7 +35,7 @@ function response(status, headers, body)
   -- as "grpc-<code>".
   local ct = headers["Content-Type"]
   if ct and string.sub(ct, 1, 20) == "application/grpc-web" then
-    local code = headers["Grpc-Status"] or string.match(body or "", "grpc%-status:%s*(%d+)")
+    local code = headers["Grpc-Status"] or string.match(string.lower(body or ""), "grpc%-status:%s*(%d+)")
     if code ~= "0" then
       status = "grpc-" .. tostring(code)
     end

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/shebasvc/sheba/config"
+	"github.com/shebasvc/sheba/e2e/resttest"
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/interceptors/reason"
 )
@@ -377,19 +378,34 @@ func TestBrowserGuards(t *testing.T) {
 	big := &shebav1.CreateAccountRequest{Username: "someone", Password: strings.Repeat("p", 2000)}
 	for _, p := range browserProtocols {
 		t.Run(p, func(t *testing.T) {
-			wantBrowserError(t, browserCall[shebav1.CreateAccountRequest, shebav1.CreateAccountResponse](t, e, p, create, big, testKey),
-				codes.ResourceExhausted, reason.BodyTooLarge, "")
+			tooLarge := browserCall[shebav1.CreateAccountRequest, shebav1.CreateAccountResponse](t, e, p, create, big, testKey)
+			wantBrowserError(t, tooLarge, codes.ResourceExhausted, reason.BodyTooLarge, "")
+			if got := tooLarge.header.Get("Retry-After"); got != "1" {
+				t.Errorf("Retry-After: got %q, want 1 (every RESOURCE_EXHAUSTED says when to retry)", got)
+			}
 			wantBrowserError(t, browserCall[shebav1.PingRequest, shebav1.PingResponse](t, e, p, "/sheba.v1.PingService/Nope",
 				&shebav1.PingRequest{}, testKey), codes.Unimplemented, reason.ForCode(codes.Unimplemented), "")
 		})
 	}
+	// post sends body with encoding as its Content-Encoding, or, for
+	// "chunked", with no length.
 	post := func(t *testing.T, method, contentType, encoding string, body []byte) restResponse {
 		t.Helper()
-		h := []string{"Content-Type", contentType, "Connect-Protocol-Version", "1"}
-		if encoding != "" {
-			h = append(h, "Content-Encoding", encoding)
+		var r io.Reader = bytes.NewReader(body)
+		if encoding == "chunked" {
+			r = io.MultiReader(r) // not a type whose length net/http knows
 		}
-		return e.do(t, method, create, string(body), h...)
+		req, err := http.NewRequestWithContext(t.Context(), method, e.baseURL+create, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("X-Api-Key", testKey)
+		req.Header.Set("Content-Type", contentType)
+		req.Header.Set("Connect-Protocol-Version", "1")
+		if encoding != "" && encoding != "chunked" {
+			req.Header.Set("Content-Encoding", encoding)
+		}
+		return resttest.Client{}.Send(t, req)
 	}
 	// A gzip bomb: 1 KiB at most as sent, far more once decompressed.
 	var bomb bytes.Buffer
@@ -410,6 +426,7 @@ func TestBrowserGuards(t *testing.T) {
 		{"gzip past the limit", http.MethodPost, "application/json", "gzip", bomb.Bytes(), http.StatusTooManyRequests, codes.ResourceExhausted, reason.BodyTooLarge},
 		{"JSON garbage", http.MethodPost, "application/json", "", []byte(`{"username": x`), http.StatusBadRequest, codes.InvalidArgument, reason.MalformedBody},
 		{"unknown field", http.MethodPost, "application/json", "", []byte(`{"extra":1}`), http.StatusBadRequest, codes.InvalidArgument, reason.MalformedBody},
+		{"chunked past the limit", http.MethodPost, "application/json", "chunked", []byte(`{"username":"` + strings.Repeat("u", 2000) + `"}`), http.StatusTooManyRequests, codes.ResourceExhausted, reason.BodyTooLarge},
 		{"not gzip", http.MethodPost, "application/json", "gzip", []byte(`{}`), http.StatusBadRequest, codes.InvalidArgument, reason.MalformedBody},
 		{"GET", http.MethodGet, "application/json", "", nil, http.StatusMethodNotAllowed, codes.Unimplemented, reason.MethodNotAllowed},
 		{"gRPC", http.MethodPost, "application/grpc", "", []byte("x"), http.StatusUnsupportedMediaType, codes.InvalidArgument, reason.UnsupportedMediaType},
@@ -429,6 +446,9 @@ func TestBrowserGuards(t *testing.T) {
 			}
 			if got := reason.Of(st); got != test.why {
 				t.Errorf("reason: got %q, want %q; body %s", got, test.why, r.Body)
+			}
+			if r.Code == http.StatusTooManyRequests && r.Header.Get("Retry-After") != "1" {
+				t.Errorf("a 429 without Retry-After: 1: %v", r.Header)
 			}
 		})
 	}

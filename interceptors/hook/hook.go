@@ -414,6 +414,8 @@ func addHeaders(ctx context.Context, web *callinfo.HTTP, hs map[string][]string)
 // sheba's own answers: the hook may not set it.
 func reserved(name string) bool {
 	if name == "" || name[0] == ':' || strings.HasPrefix(name, "grpc-") || strings.HasSuffix(name, "-bin") ||
+		// Connect's own (the browser protocols), as grpc- is gRPC's.
+		strings.HasPrefix(name, "connect-") ||
 		// CORS is the operator's to grant (http.cors), not the hook's.
 		strings.HasPrefix(name, "access-control-") {
 		return true

@@ -386,7 +386,7 @@ func TestCallOverREST(t *testing.T) {
 		got = c
 		return Decision{ResponseHeaders: map[string][]string{
 			"x-plan-rule": {"trial"}, "content-type": {"text/plain"}, "x-bad": {"a\nb"}, "grpc-status": {"0"},
-			"x y": {"1"}, "ratelimit": {"limit=1"}, "access-control-allow-origin": {"*"},
+			"x y": {"1"}, "ratelimit": {"limit=1"}, "access-control-allow-origin": {"*"}, "connect-content-encoding": {"gzip"},
 		}}, nil
 	})
 	intercept := UnaryServerInterceptor(client,

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"compress/gzip"
 	"context"
 	"encoding/base64"
@@ -139,6 +140,9 @@ func newBrowser(srv http.Handler, descs []*grpc.ServiceDesc, o Options, slots *b
 	// vanguard keeps up to this much of a message in memory, in either
 	// direction; every message fits in a uint32.
 	maxBuffer := uint32(min(o.MaxBodyBytes, 1<<32-1))
+	// What boundedGzip answers, complete with its retry hint (retryWriter
+	// adds the header).
+	tooLarge := connectError(reason.CompleteError(bodyTooLarge(int64(maxBuffer)), "", time.Second).GRPCStatus())
 	services := make([]*vanguard.Service, len(descs))
 	methods := map[string]bool{}
 	for i, d := range descs {
@@ -165,7 +169,7 @@ func newBrowser(srv http.Handler, descs []*grpc.ServiceDesc, o Options, slots *b
 		}),
 		vanguard.WithCompression(vanguard.CompressionGzip,
 			func() connect.Compressor { return gzip.NewWriter(io.Discard) },
-			func() connect.Decompressor { return &boundedGzip{limit: int64(maxBuffer)} }),
+			func() connect.Decompressor { return &boundedGzip{limit: int64(maxBuffer), tooLarge: tooLarge} }),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: browser protocols: %w", err)
@@ -215,7 +219,7 @@ func (b *browser) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Header.Del("Content-Length")
 	} else {
 		if b.declaredOverLimit(r, p) {
-			b.writeError(w, r, p, bodyTooLarge(b.maxBody), 0)
+			b.writeError(w, r, p, bodyTooLarge(b.maxBody), time.Second)
 			return
 		}
 		var release func()
@@ -225,6 +229,9 @@ func (b *browser) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		defer release()
+		if r.ContentLength < 0 && !b.readUnsized(w, r, p) {
+			return
+		}
 	}
 	if p.text {
 		r.Body = struct {
@@ -238,7 +245,56 @@ func (b *browser) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer tw.close()
 		w = tw
 	}
-	b.transcoder.ServeHTTP(w, r)
+	b.transcoder.ServeHTTP(retryWriter{w}, r)
+}
+
+// retryWriter adds Retry-After: 1 to an answer of RESOURCE_EXHAUSTED that
+// has none: one that vanguard decided (a message over its buffer, a body
+// that decompresses past the limit), which Connect answers HTTP 429 and
+// gRPC-Web with grpc-status 8 in its headers. The chain's answers bring
+// their own.
+type retryWriter struct {
+	http.ResponseWriter
+}
+
+func (w retryWriter) WriteHeader(code int) {
+	h := w.Header()
+	if (code == http.StatusTooManyRequests || h.Get("Grpc-Status") == resourceExhausted) && h.Get(retryAfterHeader) == "" {
+		h.Set(retryAfterHeader, "1")
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Flush is the writer's: vanguard needs an http.Flusher.
+func (w retryWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// resourceExhausted is RESOURCE_EXHAUSTED in a grpc-status header.
+var resourceExhausted = strconv.Itoa(int(codes.ResourceExhausted))
+
+// readUnsized reads the body of a request that declares no length (chunked)
+// into memory, in its body slot, and reports whether it fits the limit;
+// when it does not, or cannot be read, it answers. vanguard would bound it
+// too, but with an error of its own, without sheba's ErrorInfo.
+func (b *browser) readUnsized(w http.ResponseWriter, r *http.Request, p *browserProtocol) bool {
+	limit := b.maxBody + p.frame
+	if p.text {
+		limit = int64(base64.StdEncoding.EncodedLen(int(limit)))
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	switch {
+	case int64(len(body)) > limit:
+		b.writeError(w, r, p, bodyTooLarge(b.maxBody), time.Second)
+		return false
+	case err != nil:
+		b.writeError(w, r, p, reason.Error(codes.InvalidArgument, reason.MalformedBody, "the request body could not be read"), 0)
+		return false
+	}
+	r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+	return true
 }
 
 // declaredOverLimit reports whether the Content-Length of r says that its
@@ -260,7 +316,9 @@ func (b *browser) keyed(r *http.Request) bool {
 
 // writeError answers err, completed with its ErrorInfo (and, when retry is
 // positive, a RetryInfo of retry and Retry-After) as the chain completes
-// its own, in the format of protocol p.
+// its own, in the format of protocol p. Every RESOURCE_EXHAUSTED carries a
+// retry hint, as the chain's do: Connect answers it HTTP 429, and every 429
+// of sheba says when to retry.
 func (b *browser) writeError(w http.ResponseWriter, r *http.Request, p *browserProtocol, err error, retry time.Duration) {
 	se := reason.CompleteError(err, "", retry)
 	if d := se.Delay(); d > 0 {
@@ -350,6 +408,7 @@ func (c *jsonCodec) Unmarshal(data []byte, msg proto.Message) error {
 type boundedGzip struct {
 	gz       gzip.Reader
 	limit, n int64
+	tooLarge *connect.Error
 }
 
 func (d *boundedGzip) Reset(r io.Reader) error {
@@ -363,7 +422,7 @@ func (d *boundedGzip) Reset(r io.Reader) error {
 func (d *boundedGzip) Read(p []byte) (int, error) {
 	n, err := d.gz.Read(p)
 	if d.n += int64(n); d.n > d.limit {
-		return n, connectError(status.Convert(bodyTooLarge(d.limit)))
+		return n, d.tooLarge
 	}
 	if err != nil && !errors.Is(err, io.EOF) {
 		err = errNotGzip

@@ -454,6 +454,20 @@ func TestBrowserGuards(t *testing.T) {
 	}
 }
 
+// TestBrowserContentTypes: a Connect JSON body's type with parameters or in
+// capitals is still Connect JSON.
+func TestBrowserContentTypes(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	for _, ct := range []string{"application/json; charset=utf-8", "Application/JSON"} {
+		r := e.do(t, http.MethodPost, "/sheba.v1.PingService/Ping", "{}", "Content-Type", ct)
+		wantCode(t, r, http.StatusOK)
+		if got := string(r.Body); got != `{"message":"pong"}` {
+			t.Errorf("%s: got %s, want the pong", ct, got)
+		}
+	}
+}
+
 // connectErrorBody reads a Connect error's JSON body as a status.
 func connectErrorBody(t *testing.T, body []byte) *status.Status {
 	t.Helper()

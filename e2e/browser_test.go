@@ -45,8 +45,10 @@ type browserAnswer[Res any] struct {
 	header http.Header
 }
 
-// browserCall calls method with req over protocol p, with key in
-// x-api-key unless it is "". header holds more name, value pairs to send.
+// browserCall calls method with req over protocol p (one of
+// browserProtocols; but gRPC-Web's text form with "+gzip" for a compressed
+// request), with key in x-api-key unless it is "". header holds more name,
+// value pairs to send.
 func browserCall[Req, Res any, PReq interface {
 	*Req
 	proto.Message
@@ -71,6 +73,9 @@ func browserCall[Req, Res any, PReq interface {
 		return browserAnswer[Res]{resp: (*Res)(resp), header: hdr}
 	}
 	var opts []connect.ClientOption
+	if base, ok := strings.CutSuffix(p, "+gzip"); ok {
+		p, opts = base, append(opts, connect.WithSendGzip())
+	}
 	switch p {
 	case "connect-json":
 		opts = append(opts, connect.WithProtoJSON())
@@ -311,6 +316,22 @@ func TestBrowserProtocols(t *testing.T) {
 	}
 }
 
+// TestBrowserGzip: compressed requests (Connect's Content-Encoding,
+// gRPC-Web's compressed frames) are decompressed and served.
+func TestBrowserGzip(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	for _, p := range []string{"connect-json+gzip", "connect-proto+gzip", "grpc-web+gzip"} {
+		t.Run(p, func(t *testing.T) {
+			a := browserCall[shebav1.CreateAccountRequest, shebav1.CreateAccountResponse](t, e, p, "/sheba.v1.AccountService/CreateAccount",
+				&shebav1.CreateAccountRequest{Username: "gz-" + strings.NewReplacer("+", ".", "-", ".").Replace(p), Password: "password1"}, testKey)
+			if a.st != nil || a.resp.GetAccount().GetId() == "" {
+				t.Fatalf("CreateAccount: got %v, %v", a.resp, a.st)
+			}
+		})
+	}
+}
+
 // TestBrowserRateLimit: a caller over its per-key rate gets
 // RESOURCE_EXHAUSTED KEY_RATE_LIMITED with Retry-After, and the limit's
 // state, on every browser protocol.
@@ -451,6 +472,20 @@ func TestBrowserGuards(t *testing.T) {
 				t.Errorf("a 429 without Retry-After: 1: %v", r.Header)
 			}
 		})
+	}
+}
+
+// TestBrowserContentTypes: a Connect JSON body's type with parameters or in
+// capitals is still Connect JSON.
+func TestBrowserContentTypes(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	for _, ct := range []string{"application/json; charset=utf-8", "Application/JSON"} {
+		r := e.do(t, http.MethodPost, "/sheba.v1.PingService/Ping", "{}", "Content-Type", ct)
+		wantCode(t, r, http.StatusOK)
+		if got := string(r.Body); got != `{"message":"pong"}` {
+			t.Errorf("%s: got %s, want the pong", ct, got)
+		}
 	}
 }
 

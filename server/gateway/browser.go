@@ -42,10 +42,12 @@ import (
 //     one goes on with an empty request message instead of its body,
 //     which is never read, and the chain refuses it (401), as on REST;
 //   - resource_exhausted BODY_TOO_LARGE for a body declared over
-//     http.max_body_bytes; vanguard bounds what it reads and decompresses
-//     of the others to the same size, and the grpc.Server the message;
+//     http.max_body_bytes, or sent without a length and longer (read here,
+//     in its slot), or decompressed past it (boundedGzip); vanguard bounds
+//     its buffers to the same size, and the grpc.Server the message;
 //   - the body slots REST uses (bodyslots.go), the same ones: at most
-//     http.max_concurrent_bodies bodies are read at once over both.
+//     http.max_concurrent_bodies bodies are read at once over both;
+//   - Retry-After on every RESOURCE_EXHAUSTED answer (retryWriter).
 //
 // Connect JSON has the shape of the REST JSON (lowerCamelCase, defaults
 // shown, unknown fields refused). Request compression is gzip, which
@@ -60,6 +62,9 @@ const browserPrefix = "/sheba.v1."
 type browserProtocol struct {
 	// name is the protocol, as the request log names the transport.
 	name string
+	// contentType is the Content-Type vanguard is given, whatever case or
+	// parameters the client wrote (it reads the codec from it literally).
+	contentType string
 	// empty is a request body holding the empty message, put in place of
 	// the body of a call refused before its body is read.
 	empty string
@@ -73,10 +78,11 @@ type browserProtocol struct {
 }
 
 var (
-	connectProto = &browserProtocol{name: ProtocolConnect}
-	connectJSON  = &browserProtocol{name: ProtocolConnect, empty: "{}"}
-	grpcWeb      = &browserProtocol{name: ProtocolGRPCWeb, empty: "\x00\x00\x00\x00\x00", frame: 5}
-	grpcWebText  = &browserProtocol{name: ProtocolGRPCWeb, empty: "AAAAAAA=", frame: 5, text: true}
+	connectProto = &browserProtocol{name: ProtocolConnect, contentType: "application/proto"}
+	connectJSON  = &browserProtocol{name: ProtocolConnect, contentType: "application/json", empty: "{}"}
+	grpcWeb      = &browserProtocol{name: ProtocolGRPCWeb, contentType: grpcWebType, empty: "\x00\x00\x00\x00\x00", frame: 5}
+	// Its body becomes binary gRPC-Web's.
+	grpcWebText = &browserProtocol{name: ProtocolGRPCWeb, contentType: grpcWebType, empty: "AAAAAAA=", frame: 5, text: true}
 )
 
 // The types of binary and text gRPC-Web.
@@ -233,6 +239,9 @@ func (b *browser) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if ct != p.contentType {
+		r.Header.Set("Content-Type", p.contentType)
+	}
 	if p.text {
 		r.Body = struct {
 			io.Reader
@@ -240,7 +249,6 @@ func (b *browser) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}{base64.NewDecoder(base64.StdEncoding, r.Body), r.Body}
 		r.ContentLength = -1
 		r.Header.Del("Content-Length")
-		r.Header.Set("Content-Type", grpcWebType)
 		tw := &textWriter{ResponseWriter: w}
 		defer tw.close()
 		w = tw

@@ -28,6 +28,12 @@
 //     the limit once decompressed, 400 for a corrupt body) and answer
 //     compression (codec/httpcompress).
 //
+// Beside the REST routes, the same handler serves the browser protocols
+// (Connect and gRPC-Web at POST /sheba.v1.<Service>/<Method>, browser.go)
+// through vanguard to a grpc.Server with the chain, behind the same key
+// check and body slots; and, outermost, CORS for the configured origins
+// (cors.go), so a preflight is answered before any key or limit.
+//
 // Errors are google.rpc.Status bodies with the HTTP status of their code,
 // or of their reason where the error table of package reason gives one
 // (errors.go), quoting at most reason.MaxQuoted bytes of the request; a

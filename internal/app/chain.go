@@ -122,8 +122,7 @@ func chainLinks(d chainDeps) []link {
 	links := []link{
 		{"request_log", requestlog.UnaryServerInterceptor(d.log, requestlog.WithTransport(transportOf))},
 		{"error_details", errordetails.UnaryServerInterceptor()},
-		{"grpc_metrics", m.GRPCUnaryServerInterceptor()},
-		{"request_metrics", m.UnaryServerInterceptor()},
+		{"metrics", m.UnaryServerInterceptor()},
 		{"recovery", recovery.UnaryServerInterceptor(recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
 			d.log.ErrorContext(ctx, "panic in handler", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 			return errInternal

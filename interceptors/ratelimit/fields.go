@@ -7,6 +7,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+
+	"github.com/shebasvc/sheba/interceptors/callinfo"
 )
 
 // Response metadata keys of the RateLimit fields of
@@ -77,9 +79,14 @@ func (s *state) send(ctx context.Context) {
 		return
 	}
 	policy, current := Fields(name, d)
+	if ci := callinfo.FromContext(ctx); ci != nil {
+		// The outermost step sends them with the rest.
+		ci.SetHeader(PolicyKey, policy)
+		ci.SetHeader(StateKey, current)
+		return
+	}
 	// Fails only outside a server call (a direct test call).
-	vals := []string{policy, current}
-	_ = grpc.SetHeader(ctx, metadata.MD{PolicyKey: vals[0:1:1], StateKey: vals[1:2:2]})
+	_ = grpc.SetHeader(ctx, metadata.Pairs(PolicyKey, policy, StateKey, current))
 }
 
 // Fields returns the values of the RateLimit-Policy and RateLimit fields

@@ -126,22 +126,36 @@ func UnaryServerInterceptor(l Limiter, opts ...Option) grpc.UnaryServerIntercept
 
 // Bucket is a token bucket over all callers. It is safe for concurrent use.
 type Bucket struct {
-	lim    *rate.Limiter
-	policy Policy
+	lim *rate.Limiter
+	shape
+}
+
+// shape is what a bucket's limiter was made with. The limiters are never
+// changed, so it is kept here rather than asked of them on every call
+// (rate.Limiter's Limit and Burst take its lock each).
+type shape struct {
+	policy    Policy
+	perSecond float64
+	burst     int
+}
+
+func shapeOf(perSecond float64, burst int) shape {
+	return shape{policy: PolicyOf(perSecond, burst), perSecond: perSecond, burst: burst}
 }
 
 // NewBucket returns a bucket refilled at perSecond tokens a second, holding at
 // most burst.
 func NewBucket(perSecond float64, burst int) *Bucket {
-	return &Bucket{lim: rate.NewLimiter(rate.Limit(perSecond), burst), policy: PolicyOf(perSecond, burst)}
+	return &Bucket{lim: rate.NewLimiter(rate.Limit(perSecond), burst), shape: shapeOf(perSecond, burst)}
 }
 
 // Allow takes a token if there is one.
 func (b *Bucket) Allow(context.Context) Decision {
-	return allow(b.lim, b.policy)
+	return b.allow(b.lim)
 }
 
-func allow(lim *rate.Limiter, p Policy) Decision {
+func (s shape) allow(lim *rate.Limiter) Decision {
+	p := s.policy
 	now := time.Now()
 	d := Decision{Allowed: true, Policy: p}
 	if !lim.AllowN(now, 1) {
@@ -157,7 +171,7 @@ func allow(lim *rate.Limiter, p Policy) Decision {
 	}
 	tokens := max(0, lim.TokensAt(now))
 	d.Remaining = int(tokens)
-	d.Reset = time.Duration((float64(lim.Burst()) - tokens) / float64(lim.Limit()) * float64(time.Second))
+	d.Reset = time.Duration((float64(s.burst) - tokens) / s.perSecond * float64(time.Second))
 	return d
 }
 
@@ -168,13 +182,13 @@ func allow(lim *rate.Limiter, p Policy) Decision {
 type PerKey struct {
 	buckets map[string]*rate.Limiter
 	id      func(ctx context.Context) string
-	policy  Policy
+	shape
 }
 
 // NewPerKey returns per-key buckets for ids, each refilled at perSecond and
 // holding at most burst; id reads the caller id from a call's context.
 func NewPerKey(perSecond float64, burst int, ids []string, id func(ctx context.Context) string) *PerKey {
-	p := &PerKey{buckets: make(map[string]*rate.Limiter, len(ids)), id: id, policy: PolicyOf(perSecond, burst)}
+	p := &PerKey{buckets: make(map[string]*rate.Limiter, len(ids)), id: id, shape: shapeOf(perSecond, burst)}
 	for _, k := range ids {
 		p.buckets[k] = rate.NewLimiter(rate.Limit(perSecond), burst)
 	}
@@ -187,7 +201,7 @@ func (p *PerKey) Allow(ctx context.Context) Decision {
 	if !ok {
 		return Decision{Allowed: true}
 	}
-	return allow(lim, p.policy)
+	return p.allow(lim)
 }
 
 // Split sends the calls of anonymous callers (whose id is "") to one

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -83,10 +85,20 @@ func TestDirect(t *testing.T) {
 	}
 }
 
-// TestServer checks that the id goes back to the client as metadata.
+// TestServer checks that the id goes back to the client as metadata, with
+// what inner steps left in the call's Info.
 func TestServer(t *testing.T) {
 	var buf bytes.Buffer
-	client := interceptortest.Serve(t, requestlog.UnaryServerInterceptor(slog.New(slog.NewJSONHandler(&buf, nil))), interceptortest.Pong)
+	inner := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		ci := callinfo.FromContext(ctx)
+		for _, kv := range [][2]string{{"x-a", "1"}, {"x-b", "2"}, {"x-a", "3"}, {"x-c", "4"}, {"x-d", "5"}, {"x-e", "6"}} {
+			ci.SetHeader(kv[0], kv[1])
+		}
+		return handler(ctx, req)
+	}
+	client := interceptortest.ServeWith(t, []grpc.ServerOption{grpc.ChainUnaryInterceptor(
+		requestlog.UnaryServerInterceptor(slog.New(slog.NewJSONHandler(&buf, nil))), inner,
+	)}, interceptortest.Pong)
 	var header metadata.MD
 	ctx := metadata.AppendToOutgoingContext(t.Context(), "x-request-id", "from-client")
 	if _, err := client.Ping(ctx, &shebav1.PingRequest{}, grpc.Header(&header)); err != nil {
@@ -94,6 +106,11 @@ func TestServer(t *testing.T) {
 	}
 	if got := header.Get("x-request-id"); len(got) != 1 || got[0] != "from-client" {
 		t.Errorf("x-request-id: got %q, want from-client", got)
+	}
+	for k, want := range map[string][]string{"x-a": {"1", "3"}, "x-b": {"2"}, "x-c": {"4"}, "x-d": {"5"}, "x-e": {"6"}} {
+		if diff := cmp.Diff(want, header.Get(k)); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", k, diff)
+		}
 	}
 	if l := logLines(t, &buf); len(l) != 1 || l[0]["peer"] != "" {
 		// Without WithTransport the peer is unknown.

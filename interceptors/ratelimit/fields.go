@@ -3,7 +3,6 @@ package ratelimit
 import (
 	"context"
 	"strconv"
-	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -19,45 +18,6 @@ const (
 	StateKey  = "ratelimit"
 )
 
-// stateKey is the context key of the call's *state.
-type stateKey struct{}
-
-// stateContext is the context in which the outermost rate-limit
-// interceptor calls the rest of the chain: it holds the call's state, so
-// that both cost one allocation.
-type stateContext struct {
-	context.Context
-	st state
-}
-
-func (c *stateContext) Value(key any) any {
-	if key == (stateKey{}) {
-		return &c.st
-	}
-	return c.Context.Value(key)
-}
-
-// state collects the decisions of the chained rate-limit interceptors of
-// one call, so that the outermost sends the fields of the tightest limit
-// once.
-type state struct {
-	mu   sync.Mutex
-	name string
-	best Decision
-}
-
-// offer keeps d if it is tighter than what the state holds.
-func (s *state) offer(name string, d Decision) {
-	if d.Policy.Quota == 0 {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.name == "" || tighter(d, s.best) {
-		s.name, s.best = name, d
-	}
-}
-
 // tighter reports whether a is the tighter limit: a refusal first, then
 // fewer remaining calls, then a longer wait until the quota is back.
 func tighter(a, b Decision) bool {
@@ -70,11 +30,9 @@ func tighter(a, b Decision) bool {
 	return a.Reset > b.Reset
 }
 
-// send sets the fields of the tightest limit, if any, as response metadata.
-func (s *state) send(ctx context.Context) {
-	s.mu.Lock()
-	name, d := s.name, s.best
-	s.mu.Unlock()
+// send sets the fields of decision d of the policy called name as response
+// metadata; none for name "" (no limit applied).
+func send(ctx context.Context, name string, d Decision) {
 	if name == "" {
 		return
 	}

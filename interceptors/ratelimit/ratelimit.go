@@ -97,28 +97,55 @@ func WithPolicyName(name string) Option {
 // UnaryServerInterceptor rejects the calls that l does not allow with
 // ResourceExhausted and retry-after metadata, and tells every call under
 // the limit its state in ratelimit-policy and ratelimit response metadata.
-// When several of these interceptors are chained, the outermost one sends
-// the fields of the tightest limit (see tightest).
+// It is ChainUnaryServerInterceptor of that one limit.
 func UnaryServerInterceptor(l Limiter, opts ...Option) grpc.UnaryServerInterceptor {
-	o := options{onReject: func(context.Context) {}, message: "rate limit exceeded", name: "default", reason: reason.RateLimited}
-	for _, opt := range opts {
-		opt(&o)
+	return ChainUnaryServerInterceptor(Limit{Limiter: l, Options: opts})
+}
+
+// Limit is one limit of ChainUnaryServerInterceptor.
+type Limit struct {
+	Limiter Limiter
+	Options []Option
+}
+
+// ChainUnaryServerInterceptor asks each of limits in turn, and rejects a
+// call at the first that does not allow it, as UnaryServerInterceptor does;
+// it tells every call the fields of the tightest limit it is under (see
+// tighter), once. The limits of a call belong in one interceptor: two of
+// them chained would each send their fields.
+func ChainUnaryServerInterceptor(limits ...Limit) grpc.UnaryServerInterceptor {
+	type limit struct {
+		Limiter
+		options
+		rejected error
 	}
-	rejected := reason.Error(codes.ResourceExhausted, o.reason, o.message)
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		d := l.Allow(ctx)
-		st, inner := ctx.Value(stateKey{}).(*state)
-		if !inner {
-			sc := &stateContext{Context: ctx}
-			st, ctx = &sc.st, sc
-			defer st.send(ctx)
+	ls := make([]limit, len(limits))
+	for i, l := range limits {
+		o := options{onReject: func(context.Context) {}, message: "rate limit exceeded", name: "default", reason: reason.RateLimited}
+		for _, opt := range l.Options {
+			opt(&o)
 		}
-		st.offer(o.name, d)
-		if !d.Allowed {
-			o.onReject(ctx)
-			// Never earlier than the t the caller is told.
-			retryafter.Set(ctx, max(d.RetryAfter, time.Duration(Seconds(d.Reset))*time.Second))
-			return nil, rejected
+		ls[i] = limit{Limiter: l.Limiter, options: o, rejected: reason.Error(codes.ResourceExhausted, o.reason, o.message)}
+	}
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		// The tightest decision so far, and the name of its policy ("" for
+		// none yet).
+		var name string
+		var best Decision
+		// Deferred, so that a call that panics below is told them too.
+		defer func() { send(ctx, name, best) }()
+		for i := range ls {
+			l := &ls[i]
+			d := l.Allow(ctx)
+			if d.Policy.Quota != 0 && (name == "" || tighter(d, best)) {
+				name, best = l.name, d
+			}
+			if !d.Allowed {
+				l.onReject(ctx)
+				// Never earlier than the t the caller is told.
+				retryafter.Set(ctx, max(d.RetryAfter, time.Duration(Seconds(d.Reset))*time.Second))
+				return nil, l.rejected
+			}
 		}
 		return handler(ctx, req)
 	}

@@ -179,7 +179,12 @@ func (a *Authenticator) Public(method string) bool { return a.public[method] }
 // first authorization.
 func keyFromMetadata(ctx context.Context) (string, error) {
 	// ValueFromIncomingContext reads one key without copying all metadata.
-	return keyFrom(first(metadata.ValueFromIncomingContext(ctx, MetadataKey)), first(metadata.ValueFromIncomingContext(ctx, AuthorizationKey)))
+	if apiKey := first(metadata.ValueFromIncomingContext(ctx, MetadataKey)); apiKey != "" {
+		return apiKey, nil
+	}
+	// Only then, as keyFrom reads it: the lookup of a missing key compares
+	// it with every key of the call's metadata.
+	return keyFrom("", first(metadata.ValueFromIncomingContext(ctx, AuthorizationKey)))
 }
 
 func first(v []string) string {

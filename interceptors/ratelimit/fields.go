@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"strconv"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -30,13 +31,13 @@ func tighter(a, b Decision) bool {
 	return a.Reset > b.Reset
 }
 
-// send sets the fields of decision d of the policy called name as response
-// metadata; none for name "" (no limit applied).
-func send(ctx context.Context, name string, d Decision) {
-	if name == "" {
+// send sets the fields of decision d of policy p as response metadata;
+// none for a nil p (no limit applied).
+func send(ctx context.Context, p *policyName, d Decision) {
+	if p == nil {
 		return
 	}
-	policy, current := Fields(name, d)
+	policy, current := p.fields(d)
 	if ci := callinfo.FromContext(ctx); ci != nil {
 		// The outermost step sends them with the rest.
 		ci.SetHeader(PolicyKey, policy)
@@ -45,6 +46,41 @@ func send(ctx context.Context, name string, d Decision) {
 	}
 	// Fails only outside a server call (a direct test call).
 	_ = grpc.SetHeader(ctx, metadata.Pairs(PolicyKey, policy, StateKey, current))
+}
+
+// policyName is the name of a limit's policy, and the RateLimit-Policy
+// field of the policy its limiter answered last: the same on nearly every
+// call, so made once rather than on each (Fields).
+type policyName struct {
+	name   string
+	quoted []byte
+	last   atomic.Pointer[policyField]
+}
+
+type policyField struct {
+	policy Policy
+	field  string
+}
+
+func newPolicyName(name string) *policyName {
+	return &policyName{name: name, quoted: strconv.AppendQuote(nil, name)}
+}
+
+// fields returns what Fields returns for decision d.
+func (p *policyName) fields(d Decision) (policy, current string) {
+	last := p.last.Load()
+	if last == nil || last.policy != d.Policy {
+		policy, _ = Fields(p.name, d)
+		last = &policyField{policy: d.Policy, field: policy}
+		p.last.Store(last)
+	}
+	var buf [64]byte
+	b := append(buf[:0], p.quoted...)
+	b = append(b, ";r="...)
+	b = strconv.AppendInt(b, int64(max(0, d.Remaining)), 10)
+	b = append(b, ";t="...)
+	b = strconv.AppendInt(b, Seconds(d.Reset), 10)
+	return last.field, string(b)
 }
 
 // Fields returns the values of the RateLimit-Policy and RateLimit fields

@@ -117,6 +117,7 @@ func ChainUnaryServerInterceptor(limits ...Limit) grpc.UnaryServerInterceptor {
 	type limit struct {
 		Limiter
 		options
+		policy   *policyName
 		rejected error
 	}
 	ls := make([]limit, len(limits))
@@ -125,20 +126,19 @@ func ChainUnaryServerInterceptor(limits ...Limit) grpc.UnaryServerInterceptor {
 		for _, opt := range l.Options {
 			opt(&o)
 		}
-		ls[i] = limit{Limiter: l.Limiter, options: o, rejected: reason.Error(codes.ResourceExhausted, o.reason, o.message)}
+		ls[i] = limit{Limiter: l.Limiter, options: o, policy: newPolicyName(o.name), rejected: reason.Error(codes.ResourceExhausted, o.reason, o.message)}
 	}
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		// The tightest decision so far, and the name of its policy ("" for
-		// none yet).
-		var name string
+		// The tightest decision so far, and its policy (nil for none yet).
+		var policy *policyName
 		var best Decision
 		// Deferred, so that a call that panics below is told them too.
-		defer func() { send(ctx, name, best) }()
+		defer func() { send(ctx, policy, best) }()
 		for i := range ls {
 			l := &ls[i]
 			d := l.Allow(ctx)
-			if d.Policy.Quota != 0 && (name == "" || tighter(d, best)) {
-				name, best = l.name, d
+			if d.Policy.Quota != 0 && (policy == nil || tighter(d, best)) {
+				policy, best = l.policy, d
 			}
 			if !d.Allowed {
 				l.onReject(ctx)

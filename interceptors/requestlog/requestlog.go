@@ -70,7 +70,9 @@ func UnaryServerInterceptor(log *slog.Logger, opts ...Option) grpc.UnaryServerIn
 		// handlers do not print (no AddSource) and which cost a tenth of
 		// the line (runtime.Callers).
 		r := slog.NewRecord(time.Now(), level, "request", 0)
-		r.AddAttrs(
+		// Added at once, so that the record grows its attributes past the
+		// five it holds inline once.
+		attrs := [...]slog.Attr{
 			slog.String("method", info.FullMethod),
 			slog.String("transport", transport),
 			slog.String("code", code.String()),
@@ -78,22 +80,29 @@ func UnaryServerInterceptor(log *slog.Logger, opts ...Option) grpc.UnaryServerIn
 			slog.String("request_id", ci.RequestID),
 			slog.String("api_key_id", ci.CallerID),
 			slog.String("peer", peer),
-		)
+			{}, {}, {}, {}, {}, // room for the optional ones
+		}
+		n := 7
 		if ci.Hook != "" {
-			r.AddAttrs(slog.String("hook", ci.Hook))
+			attrs[n] = slog.String("hook", ci.Hook)
+			n++
 		}
 		if ci.HookError != "" {
-			r.AddAttrs(slog.String("hook_error", ci.HookError))
+			attrs[n] = slog.String("hook_error", ci.HookError)
+			n++
 		}
 		if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 			traceID, spanID := c.traceIDs(sc)
-			r.AddAttrs(slog.String("trace_id", traceID), slog.String("span_id", spanID))
+			attrs[n], attrs[n+1] = slog.String("trace_id", traceID), slog.String("span_id", spanID)
+			n += 2
 		}
 		if err != nil {
 			// The status message is what the client saw; internal detail
 			// was logged where it was mapped.
-			r.AddAttrs(slog.String("error", status.Convert(err).Message()))
+			attrs[n] = slog.String("error", status.Convert(err).Message())
+			n++
 		}
+		r.AddAttrs(attrs[:n]...)
 		_ = h.Handle(ctx, r)
 		return resp, err
 	}

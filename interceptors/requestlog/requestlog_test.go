@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"go.opentelemetry.io/otel/trace"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -115,5 +116,34 @@ func TestServer(t *testing.T) {
 	if l := logLines(t, &buf); len(l) != 1 || l[0]["peer"] != "" {
 		// Without WithTransport the peer is unknown.
 		t.Errorf("log lines: %v", l)
+	}
+}
+
+// TestTraceIDs checks that the line names the call's trace and span, sampled
+// or not, and the hook's outcome and the error when there are some.
+func TestTraceIDs(t *testing.T) {
+	var buf bytes.Buffer
+	i := requestlog.UnaryServerInterceptor(slog.New(slog.NewJSONHandler(&buf, nil)))
+	sc := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{0x0a, 0xf1, 15: 0x01}, SpanID: trace.SpanID{0xbe, 7: 0xef},
+	})
+	ctx := trace.ContextWithSpanContext(t.Context(), sc)
+	_, _ = i(ctx, nil, &grpc.UnaryServerInfo{FullMethod: "/pkg.Svc/Do"}, func(ctx context.Context, _ any) (any, error) {
+		ci := callinfo.FromContext(ctx)
+		ci.Hook, ci.HookError = "error", "hook unreachable"
+		return nil, status.Error(codes.Unavailable, "try later")
+	})
+	lines := logLines(t, &buf)
+	if len(lines) != 1 {
+		t.Fatalf("got %d log lines, want 1", len(lines))
+	}
+	l := lines[0]
+	for k, want := range map[string]any{
+		"trace_id": "0af10000000000000000000000000001", "span_id": "be000000000000ef",
+		"hook": "error", "hook_error": "hook unreachable", "error": "try later", "level": "WARN",
+	} {
+		if l[k] != want {
+			t.Errorf("%s: got %v, want %v", k, l[k], want)
+		}
 	}
 }

@@ -38,9 +38,7 @@ func (s benchStream) SetHeaderOnly(metadata.MD) error { return nil }
 // Limits are high enough never to reject.
 func BenchmarkChain(b *testing.B) {
 	cfg, ctx, info := benchCall()
-	cfg.Limits.Rate, cfg.Limits.Burst = 1e9, 1e9
-	cfg.Limits.PerKeyRate, cfg.Limits.PerKeyBurst = 1e9, 1e9
-	noop := func(context.Context, any) (any, error) { return nil, nil }
+	withRates(&cfg)
 	links := chainLinks(benchDeps(b, cfg))
 	// The chain grows one link at a time: the difference between two rows is
 	// the cost of the link added.
@@ -62,12 +60,21 @@ func BenchmarkChain(b *testing.B) {
 		b.Run(fmt.Sprintf("%d%s", n, name), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := handler(ctx, nil, info, noop); err != nil {
+				if _, err := handler(ctx, nil, info, noopHandler); err != nil {
 					b.Fatal(err)
 				}
 			}
 		})
 	}
+}
+
+// noopHandler is the handler of the chain benchmarks.
+func noopHandler(context.Context, any) (any, error) { return nil, nil }
+
+// withRates turns both rate limits on, high enough never to reject.
+func withRates(cfg *config.Config) {
+	cfg.Limits.Rate, cfg.Limits.Burst = 1e9, 1e9
+	cfg.Limits.PerKeyRate, cfg.Limits.PerKeyBurst = 1e9, 1e9
 }
 
 // benchCall returns a config with one API key and limits that never
@@ -114,8 +121,7 @@ func benchDeps(b testing.TB, cfg config.Config) chainDeps {
 // chain's own cost under it is the difference between the two rows.
 func BenchmarkChainTracing(b *testing.B) {
 	cfg, ctx, info := benchCall()
-	noop := func(context.Context, any) (any, error) { return nil, nil }
-	chain := unaryChain(benchDeps(b, cfg))
+		chain := unaryChain(benchDeps(b, cfg))
 	spanOnly := func(context.Context, any, *grpc.UnaryServerInfo, grpc.UnaryHandler) (any, error) { return nil, nil }
 	method := info.FullMethod
 
@@ -136,7 +142,7 @@ func BenchmarkChainTracing(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
 					sctx, span := tracer.Start(ctx, method, trace.WithSpanKind(trace.SpanKindServer))
-					if _, err := run.chain(sctx, nil, info, noop); err != nil {
+					if _, err := run.chain(sctx, nil, info, noopHandler); err != nil {
 						b.Fatal(err)
 					}
 					span.End()
@@ -157,9 +163,7 @@ const chainAllocGoal = 10
 // ids still go in the log line).
 func TestChainAllocations(t *testing.T) {
 	cfg, ctx, info := benchCall()
-	cfg.Limits.Rate, cfg.Limits.Burst = 1e9, 1e9
-	cfg.Limits.PerKeyRate, cfg.Limits.PerKeyBurst = 1e9, 1e9
-	noop := func(context.Context, any) (any, error) { return nil, nil }
+	withRates(&cfg)
 	chain := unaryChain(benchDeps(t, cfg))
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))
 	unsampled, span := tp.Tracer("test").Start(ctx, info.FullMethod, trace.WithSpanKind(trace.SpanKindServer))
@@ -170,7 +174,7 @@ func TestChainAllocations(t *testing.T) {
 
 	allocs := func(ctx context.Context) float64 {
 		return testing.AllocsPerRun(200, func() {
-			if _, err := chain(ctx, nil, info, noop); err != nil {
+			if _, err := chain(ctx, nil, info, noopHandler); err != nil {
 				t.Fatal(err)
 			}
 		})

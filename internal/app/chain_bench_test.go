@@ -121,7 +121,7 @@ func benchDeps(b testing.TB, cfg config.Config) chainDeps {
 // chain's own cost under it is the difference between the two rows.
 func BenchmarkChainTracing(b *testing.B) {
 	cfg, ctx, info := benchCall()
-		chain := unaryChain(benchDeps(b, cfg))
+	chain := unaryChain(benchDeps(b, cfg))
 	spanOnly := func(context.Context, any, *grpc.UnaryServerInfo, grpc.UnaryHandler) (any, error) { return nil, nil }
 	method := info.FullMethod
 

@@ -22,11 +22,10 @@ type Info struct {
 	// says why a hook call failed. The request log line shows both.
 	Hook, HookError string
 
-	// The response metadata left with SetHeader: its first n pairs inline,
-	// the rest in more.
-	keys, values [4]string
-	n            int
-	more         metadata.MD
+	// header is the response metadata left with SetHeader; values backs
+	// the values of its first keys.
+	header metadata.MD
+	values [4]string
 }
 
 // SetHeader leaves key: value in the response metadata of the call, which
@@ -36,38 +35,21 @@ type Info struct {
 // A handler that sends its headers itself (grpc.SendHeader) must know that
 // these follow only if it sets none before the call is done.
 func (i *Info) SetHeader(key, value string) {
-	if i.n < len(i.keys) {
-		i.keys[i.n], i.values[i.n] = key, value
-		i.n++
+	if i.header == nil {
+		i.header = make(metadata.MD, len(i.values))
+	}
+	if n := i.header.Len(); n < len(i.values) && i.header[key] == nil {
+		// A value of its own in the Info's memory (its capacity ends there,
+		// so an append elsewhere copies it).
+		i.values[n] = value
+		i.header[key] = i.values[n : n+1 : n+1]
 		return
 	}
-	if i.more == nil {
-		i.more = metadata.MD{}
-	}
-	i.more[key] = append(i.more[key], value)
+	i.header[key] = append(i.header[key], value)
 }
 
-// Header returns the response metadata left with SetHeader, in the order
-// set, nil if none.
-func (i *Info) Header() metadata.MD {
-	if i.n == 0 {
-		return nil
-	}
-	md := make(metadata.MD, i.n+len(i.more))
-	for j, k := range i.keys[:i.n] {
-		if v, ok := md[k]; ok {
-			md[k] = append(v, i.values[j])
-		} else {
-			// The Info's own memory: its capacity ends there, so an append
-			// elsewhere copies it.
-			md[k] = i.values[j : j+1 : j+1]
-		}
-	}
-	for k, v := range i.more {
-		md[k] = append(md[k], v...)
-	}
-	return md
-}
+// Header returns the response metadata left with SetHeader, nil if none.
+func (i *Info) Header() metadata.MD { return i.header }
 
 // HTTP is what the REST gateway tells the chain of the HTTP request behind
 // a call, and what the chain asks of its answer. Only the gateway makes

@@ -22,17 +22,20 @@ var errExpired = reason.OutcomeDeadline.Err()
 func UnaryServerInterceptor(max time.Duration) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		deadline, ok := ctx.Deadline()
+		ours := false
 		if now := time.Now(); !ok || deadline.Sub(now) > max {
 			d := &deadlineContext{parent: ctx, deadline: now.Add(max)}
 			defer d.stop()
-			ctx, deadline = d, d.deadline
+			ctx, deadline, ours = d, d.deadline, true
 		}
 		resp, err := handler(ctx, req)
 		// A late answer is not sent: the client has given up on it (gRPC
 		// itself answers DeadlineExceeded then) and REST must say the
 		// same. The clock is read as well as ctx.Err(), which turns only
-		// when the context's timer has fired.
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) || !time.Now().Before(deadline) {
+		// when the context's timer has fired; under a deadline of ours,
+		// which is the sooner, the clock alone says it (and ctx.Err()
+		// would read it again).
+		if !time.Now().Before(deadline) || !ours && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return nil, errExpired
 		}
 		return resp, err

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/shebasvc/sheba/interceptors/callinfo"
 	"github.com/shebasvc/sheba/interceptors/reason"
 )
 
@@ -98,6 +99,9 @@ type idKey struct{}
 // IDFromContext returns the id of the caller's API key, or "" for a call
 // without one (a public method).
 func IDFromContext(ctx context.Context) string {
+	if ci := callinfo.FromContext(ctx); ci != nil && ci.CallerID != "" {
+		return ci.CallerID
+	}
 	if k, ok := ctx.Value(idKey{}).(*Key); ok {
 		return k.ID
 	}
@@ -125,7 +129,14 @@ func (a *Authenticator) Authenticate(ctx context.Context) (context.Context, erro
 		a.onReject(ctx)
 		return nil, errUnknown
 	}
-	// A pointer into keys: storing it in the context allocates nothing.
+	if ci := callinfo.FromContext(ctx); ci != nil {
+		// A call of the chain: its Info carries the caller, without a
+		// context of its own.
+		ci.CallerID = k.ID
+		return ctx, nil
+	}
+	// A pointer into keys: storing it in the context allocates nothing
+	// beyond the context.
 	return context.WithValue(ctx, idKey{}, k), nil
 }
 
@@ -168,7 +179,12 @@ func (a *Authenticator) Public(method string) bool { return a.public[method] }
 // first authorization.
 func keyFromMetadata(ctx context.Context) (string, error) {
 	// ValueFromIncomingContext reads one key without copying all metadata.
-	return keyFrom(first(metadata.ValueFromIncomingContext(ctx, MetadataKey)), first(metadata.ValueFromIncomingContext(ctx, AuthorizationKey)))
+	if apiKey := first(metadata.ValueFromIncomingContext(ctx, MetadataKey)); apiKey != "" {
+		return apiKey, nil
+	}
+	// Only then, as keyFrom reads it: the lookup of a missing key compares
+	// it with every key of the call's metadata.
+	return keyFrom("", first(metadata.ValueFromIncomingContext(ctx, AuthorizationKey)))
 }
 
 func first(v []string) string {

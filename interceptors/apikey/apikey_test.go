@@ -14,6 +14,7 @@ import (
 
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/interceptors/apikey"
+	"github.com/shebasvc/sheba/interceptors/callinfo"
 	"github.com/shebasvc/sheba/interceptors/interceptortest"
 )
 
@@ -70,12 +71,18 @@ func TestAuthenticate(t *testing.T) {
 		t.Run(test.name, func(t *testing.T) {
 			before := rejected
 			ctx, err := a.Authenticate(test.ctx)
+			// Within the chain the caller goes in the call's Info.
+			chainCtx, ci := callinfo.New(test.ctx, "req")
+			chainCtx, chainErr := a.Authenticate(chainCtx)
+			if status.Code(chainErr) != status.Code(err) {
+				t.Errorf("in the chain: got %v, want %v", chainErr, err)
+			}
 			if test.wantErr {
 				if status.Code(err) != codes.Unauthenticated {
 					t.Fatalf("got %v, want Unauthenticated", err)
 				}
-				if rejected != before+1 {
-					t.Errorf("onReject called %d times, want 1", rejected-before)
+				if rejected != before+2 {
+					t.Errorf("onReject called %d times for two calls, want 2", rejected-before)
 				}
 				return
 			}
@@ -84,6 +91,9 @@ func TestAuthenticate(t *testing.T) {
 			}
 			if got := apikey.IDFromContext(ctx); got != test.wantID {
 				t.Errorf("caller id: got %q, want %q", got, test.wantID)
+			}
+			if got := apikey.IDFromContext(chainCtx); got != test.wantID || ci.CallerID != test.wantID {
+				t.Errorf("caller id in the chain: got %q, Info %q; want %q", got, ci.CallerID, test.wantID)
 			}
 		})
 	}

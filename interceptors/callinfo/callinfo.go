@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 	"time"
+
+	"google.golang.org/grpc/metadata"
 )
 
 // Info describes one call.
@@ -19,7 +21,35 @@ type Info struct {
 	// break, error, cached, skipped), "" when it was not asked; HookError
 	// says why a hook call failed. The request log line shows both.
 	Hook, HookError string
+
+	// header is the response metadata left with SetHeader; values backs
+	// the values of its first keys.
+	header metadata.MD
+	values [4]string
 }
+
+// SetHeader leaves key: value in the response metadata of the call, which
+// the outermost step sends once, when the call is done (Header). Every
+// grpc.SetHeader on a grpc.Server copies the whole header set so far, so
+// the steps of the chain leave theirs here rather than set it one by one.
+// A handler that sends its headers itself (grpc.SendHeader) must know that
+// these follow only if it sets none before the call is done.
+func (i *Info) SetHeader(key, value string) {
+	if i.header == nil {
+		i.header = make(metadata.MD, len(i.values))
+	}
+	if n := i.header.Len(); n < len(i.values) && i.header[key] == nil {
+		// A value of its own in the Info's memory (its capacity ends there,
+		// so an append elsewhere copies it).
+		i.values[n] = value
+		i.header[key] = i.values[n : n+1 : n+1]
+		return
+	}
+	i.header[key] = append(i.header[key], value)
+}
+
+// Header returns the response metadata left with SetHeader, nil if none.
+func (i *Info) Header() metadata.MD { return i.header }
 
 // HTTP is what the REST gateway tells the chain of the HTTP request behind
 // a call, and what the chain asks of its answer. Only the gateway makes
@@ -68,16 +98,19 @@ func HTTPFromContext(ctx context.Context) *HTTP {
 
 type key struct{}
 
-// infoContext carries an Info. It is context.WithValue's valueCtx with the
-// Info inline, so that a call pays one allocation for both.
-type infoContext struct {
+// Context is a context that carries an Info. It is context.WithValue's
+// valueCtx with the Info inline, so that a call pays one allocation for
+// both; the outermost step may embed it in a context of its own to carry
+// more in that allocation.
+type Context struct {
 	context.Context
-	info Info
+	Info Info
 }
 
-func (c *infoContext) Value(k any) any {
+// Value returns the Info for FromContext, else the parent's value of k.
+func (c *Context) Value(k any) any {
 	if k == (key{}) {
-		return &c.info
+		return &c.Info
 	}
 	return c.Context.Value(k)
 }
@@ -85,8 +118,8 @@ func (c *infoContext) Value(k any) any {
 // New returns ctx carrying a new Info with the given request id, and that
 // Info, for the outermost interceptor.
 func New(ctx context.Context, requestID string) (context.Context, *Info) {
-	c := &infoContext{Context: ctx, info: Info{RequestID: requestID}}
-	return c, &c.info
+	c := &Context{Context: ctx, Info: Info{RequestID: requestID}}
+	return c, &c.Info
 }
 
 // NewContext returns ctx carrying info.

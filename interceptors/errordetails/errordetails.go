@@ -21,7 +21,8 @@ const defaultRetry = time.Second
 func UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		ci := callinfo.FromContext(ctx)
-		if ci == nil {
+		inChain := ci != nil
+		if !inChain {
 			ci = &callinfo.Info{}
 			ctx = callinfo.NewContext(ctx, ci)
 		}
@@ -40,9 +41,15 @@ func UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 		}
 		se := reason.CompleteError(err, "", retry)
 		if delay := se.Delay(); delay > 0 {
-			// Fails only outside a server call (a direct test call); the
-			// RetryInfo still says it.
-			_ = grpc.SetHeader(ctx, metadata.Pairs(retryafter.Key, strconv.FormatInt(retryafter.Seconds(delay), 10)))
+			v := strconv.FormatInt(retryafter.Seconds(delay), 10)
+			if inChain {
+				// The outermost step sends it with the rest.
+				ci.SetHeader(retryafter.Key, v)
+			} else {
+				// Fails only outside a server call (a direct test call); the
+				// RetryInfo still says it.
+				_ = grpc.SetHeader(ctx, metadata.Pairs(retryafter.Key, v))
+			}
 		}
 		return nil, se
 	}

@@ -2,8 +2,18 @@ package metrics_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/testing/protocmp"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -61,7 +71,7 @@ func TestServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client := interceptortest.Serve(t, m.GRPCUnaryServerInterceptor(), interceptortest.Pong)
+	client := interceptortest.Serve(t, m.UnaryServerInterceptor(), interceptortest.Pong)
 	for range 3 {
 		if _, err := client.Ping(t.Context(), &shebav1.PingRequest{}); err != nil {
 			t.Fatal(err)
@@ -74,5 +84,83 @@ grpc_server_handled_total{grpc_code="OK",grpc_method="Ping",grpc_service="sheba.
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "grpc_server_handled_total"); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestSameAsProvider holds the grpc_server_* family side by side with
+// go-grpc-middleware's prometheus provider, which it replaces: the same
+// series, values and exemplars after the same calls.
+func TestSameAsProvider(t *testing.T) {
+	srv := grpc.NewServer()
+	shebav1.RegisterPingServiceServer(srv, shebav1.UnimplementedPingServiceServer{})
+	healthpb.RegisterHealthServer(srv, health.NewServer()) // a stream method too
+
+	ours, theirs := prometheus.NewRegistry(), prometheus.NewRegistry()
+	m, err := metrics.New(ours, []string{ping})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.InitializeServer(srv)
+	provider := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(grpcprom.WithHistogramBuckets(metrics.HandlingBuckets)))
+	theirs.MustRegister(provider)
+	provider.InitializeMetrics(srv)
+	exemplar := func(ctx context.Context) prometheus.Labels {
+		if sc := trace.SpanContextFromContext(ctx); sc.IsSampled() {
+			return prometheus.Labels{"trace_id": sc.TraceID().String()}
+		}
+		return nil
+	}
+
+	sampled := trace.ContextWithSpanContext(t.Context(), trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2}, TraceFlags: trace.FlagsSampled,
+	}))
+	for _, i := range []grpc.UnaryServerInterceptor{m.UnaryServerInterceptor(), provider.UnaryServerInterceptor(grpcprom.WithExemplarFromContext(exemplar))} {
+		for _, c := range []struct {
+			ctx    context.Context
+			method string
+			err    error
+		}{
+			{t.Context(), ping, nil},
+			{t.Context(), ping, nil},
+			{sampled, ping, nil},
+			{t.Context(), ping, status.Error(codes.NotFound, "x")},
+			{sampled, ping, status.Error(codes.Internal, "x")},
+			{t.Context(), ping, context.DeadlineExceeded},
+			{t.Context(), ping, fmt.Errorf("wrapped: %w", context.Canceled)},
+			{t.Context(), ping, errors.New("plain")},
+			{t.Context(), ping, status.Error(codes.Code(40), "not a code")},
+			{t.Context(), "/evil.Service/Probe", nil},
+			{t.Context(), "no-slash", status.Error(codes.NotFound, "x")},
+		} {
+			_, _ = i(c.ctx, nil, &grpc.UnaryServerInfo{FullMethod: c.method}, func(context.Context, any) (any, error) { return nil, c.err })
+		}
+	}
+
+	gather := func(reg *prometheus.Registry) []*dto.MetricFamily {
+		t.Helper()
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var grpcFamilies []*dto.MetricFamily
+		for _, f := range families {
+			if strings.HasPrefix(f.GetName(), "grpc_server_") {
+				grpcFamilies = append(grpcFamilies, f)
+			}
+		}
+		return grpcFamilies
+	}
+	want, got := gather(theirs), gather(ours)
+	if len(want) != 5 {
+		t.Fatalf("the provider made %d grpc_server_* families, want 5", len(want))
+	}
+	// Timings differ between the two runs: the histograms' sums and
+	// buckets, and when each series and exemplar was made.
+	if diff := cmp.Diff(want, got, protocmp.Transform(),
+		protocmp.IgnoreFields(&dto.Histogram{}, "sample_sum", "bucket", "created_timestamp"),
+		protocmp.IgnoreFields(&dto.Counter{}, "created_timestamp"),
+		protocmp.IgnoreFields(&dto.Exemplar{}, "timestamp"),
+	); diff != "" {
+		t.Errorf("grpc_server_* (-provider +ours):\n%s", diff)
 	}
 }

@@ -14,8 +14,8 @@
 // draft-ietf-httpapi-ratelimit-headers-11: "ratelimit-policy" (q, w) and
 // "ratelimit" (r, t) response metadata, which the gateway sends as the
 // RateLimit-Policy and RateLimit headers. With the global and the per-key
-// interceptors chained, only the tightest limit is told
-// (docs/api.md#rate-limit-headers). On a rejection, retry-after is never
+// limits in one interceptor (ChainUnaryServerInterceptor), only the
+// tightest limit is told (docs/api.md#rate-limit-headers). On a rejection, retry-after is never
 // earlier than t.
 //
 // The Limiter is an interface: the in-process token buckets here, or the

@@ -3,10 +3,12 @@ package ratelimit
 import (
 	"context"
 	"strconv"
-	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+
+	"github.com/shebasvc/sheba/interceptors/callinfo"
 )
 
 // Response metadata keys of the RateLimit fields of
@@ -16,45 +18,6 @@ const (
 	PolicyKey = "ratelimit-policy"
 	StateKey  = "ratelimit"
 )
-
-// stateKey is the context key of the call's *state.
-type stateKey struct{}
-
-// stateContext is the context in which the outermost rate-limit
-// interceptor calls the rest of the chain: it holds the call's state, so
-// that both cost one allocation.
-type stateContext struct {
-	context.Context
-	st state
-}
-
-func (c *stateContext) Value(key any) any {
-	if key == (stateKey{}) {
-		return &c.st
-	}
-	return c.Context.Value(key)
-}
-
-// state collects the decisions of the chained rate-limit interceptors of
-// one call, so that the outermost sends the fields of the tightest limit
-// once.
-type state struct {
-	mu   sync.Mutex
-	name string
-	best Decision
-}
-
-// offer keeps d if it is tighter than what the state holds.
-func (s *state) offer(name string, d Decision) {
-	if d.Policy.Quota == 0 {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.name == "" || tighter(d, s.best) {
-		s.name, s.best = name, d
-	}
-}
 
 // tighter reports whether a is the tighter limit: a refusal first, then
 // fewer remaining calls, then a longer wait until the quota is back.
@@ -68,18 +31,56 @@ func tighter(a, b Decision) bool {
 	return a.Reset > b.Reset
 }
 
-// send sets the fields of the tightest limit, if any, as response metadata.
-func (s *state) send(ctx context.Context) {
-	s.mu.Lock()
-	name, d := s.name, s.best
-	s.mu.Unlock()
-	if name == "" {
+// send sets the fields of decision d of policy p as response metadata;
+// none for a nil p (no limit applied).
+func send(ctx context.Context, p *policyName, d Decision) {
+	if p == nil {
 		return
 	}
-	policy, current := Fields(name, d)
+	policy, current := p.fields(d)
+	if ci := callinfo.FromContext(ctx); ci != nil {
+		// The outermost step sends them with the rest.
+		ci.SetHeader(PolicyKey, policy)
+		ci.SetHeader(StateKey, current)
+		return
+	}
 	// Fails only outside a server call (a direct test call).
-	vals := []string{policy, current}
-	_ = grpc.SetHeader(ctx, metadata.MD{PolicyKey: vals[0:1:1], StateKey: vals[1:2:2]})
+	_ = grpc.SetHeader(ctx, metadata.Pairs(PolicyKey, policy, StateKey, current))
+}
+
+// policyName is the name of a limit's policy, and the RateLimit-Policy
+// field of the policy its limiter answered last: the same on nearly every
+// call, so made once rather than on each (Fields).
+type policyName struct {
+	name   string
+	quoted []byte
+	last   atomic.Pointer[policyField]
+}
+
+type policyField struct {
+	policy Policy
+	field  string
+}
+
+func newPolicyName(name string) *policyName {
+	return &policyName{name: name, quoted: strconv.AppendQuote(nil, name)}
+}
+
+// fields returns what Fields returns for decision d.
+func (p *policyName) fields(d Decision) (policy, current string) {
+	last := p.last.Load()
+	if last == nil || last.policy != d.Policy {
+		policy, _ = Fields(p.name, d)
+		last = &policyField{policy: d.Policy, field: policy}
+		p.last.Store(last)
+	}
+	var buf [64]byte
+	b := append(buf[:0], p.quoted...)
+	b = append(b, ";r="...)
+	b = strconv.AppendInt(b, int64(max(0, d.Remaining)), 10)
+	b = append(b, ";t="...)
+	b = strconv.AppendInt(b, Seconds(d.Reset), 10)
+	return last.field, string(b)
 }
 
 // Fields returns the values of the RateLimit-Policy and RateLimit fields

@@ -97,28 +97,55 @@ func WithPolicyName(name string) Option {
 // UnaryServerInterceptor rejects the calls that l does not allow with
 // ResourceExhausted and retry-after metadata, and tells every call under
 // the limit its state in ratelimit-policy and ratelimit response metadata.
-// When several of these interceptors are chained, the outermost one sends
-// the fields of the tightest limit (see tightest).
+// It is ChainUnaryServerInterceptor of that one limit.
 func UnaryServerInterceptor(l Limiter, opts ...Option) grpc.UnaryServerInterceptor {
-	o := options{onReject: func(context.Context) {}, message: "rate limit exceeded", name: "default", reason: reason.RateLimited}
-	for _, opt := range opts {
-		opt(&o)
+	return ChainUnaryServerInterceptor(Limit{Limiter: l, Options: opts})
+}
+
+// Limit is one limit of ChainUnaryServerInterceptor.
+type Limit struct {
+	Limiter Limiter
+	Options []Option
+}
+
+// ChainUnaryServerInterceptor asks each of limits in turn, and rejects a
+// call at the first that does not allow it, as UnaryServerInterceptor does;
+// it tells every call the fields of the tightest limit it is under (see
+// tighter), once. The limits of a call belong in one interceptor: two of
+// them chained would each send their fields.
+func ChainUnaryServerInterceptor(limits ...Limit) grpc.UnaryServerInterceptor {
+	type limit struct {
+		Limiter
+		options
+		policy   *policyName
+		rejected error
 	}
-	rejected := reason.Error(codes.ResourceExhausted, o.reason, o.message)
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		d := l.Allow(ctx)
-		st, inner := ctx.Value(stateKey{}).(*state)
-		if !inner {
-			sc := &stateContext{Context: ctx}
-			st, ctx = &sc.st, sc
-			defer st.send(ctx)
+	ls := make([]limit, len(limits))
+	for i, l := range limits {
+		o := options{onReject: func(context.Context) {}, message: "rate limit exceeded", name: "default", reason: reason.RateLimited}
+		for _, opt := range l.Options {
+			opt(&o)
 		}
-		st.offer(o.name, d)
-		if !d.Allowed {
-			o.onReject(ctx)
-			// Never earlier than the t the caller is told.
-			retryafter.Set(ctx, max(d.RetryAfter, time.Duration(Seconds(d.Reset))*time.Second))
-			return nil, rejected
+		ls[i] = limit{Limiter: l.Limiter, options: o, policy: newPolicyName(o.name), rejected: reason.Error(codes.ResourceExhausted, o.reason, o.message)}
+	}
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		// The tightest decision so far, and its policy (nil for none yet).
+		var policy *policyName
+		var best Decision
+		// Deferred, so that a call that panics below is told them too.
+		defer func() { send(ctx, policy, best) }()
+		for i := range ls {
+			l := &ls[i]
+			d := l.Allow(ctx)
+			if d.Policy.Quota != 0 && (policy == nil || tighter(d, best)) {
+				policy, best = l.policy, d
+			}
+			if !d.Allowed {
+				l.onReject(ctx)
+				// Never earlier than the t the caller is told.
+				retryafter.Set(ctx, max(d.RetryAfter, time.Duration(Seconds(d.Reset))*time.Second))
+				return nil, l.rejected
+			}
 		}
 		return handler(ctx, req)
 	}
@@ -126,22 +153,36 @@ func UnaryServerInterceptor(l Limiter, opts ...Option) grpc.UnaryServerIntercept
 
 // Bucket is a token bucket over all callers. It is safe for concurrent use.
 type Bucket struct {
-	lim    *rate.Limiter
-	policy Policy
+	lim *rate.Limiter
+	shape
+}
+
+// shape is what a bucket's limiter was made with. The limiters are never
+// changed, so it is kept here rather than asked of them on every call
+// (rate.Limiter's Limit and Burst take its lock each).
+type shape struct {
+	policy    Policy
+	perSecond float64
+	burst     int
+}
+
+func shapeOf(perSecond float64, burst int) shape {
+	return shape{policy: PolicyOf(perSecond, burst), perSecond: perSecond, burst: burst}
 }
 
 // NewBucket returns a bucket refilled at perSecond tokens a second, holding at
 // most burst.
 func NewBucket(perSecond float64, burst int) *Bucket {
-	return &Bucket{lim: rate.NewLimiter(rate.Limit(perSecond), burst), policy: PolicyOf(perSecond, burst)}
+	return &Bucket{lim: rate.NewLimiter(rate.Limit(perSecond), burst), shape: shapeOf(perSecond, burst)}
 }
 
 // Allow takes a token if there is one.
 func (b *Bucket) Allow(context.Context) Decision {
-	return allow(b.lim, b.policy)
+	return b.allow(b.lim)
 }
 
-func allow(lim *rate.Limiter, p Policy) Decision {
+func (s shape) allow(lim *rate.Limiter) Decision {
+	p := s.policy
 	now := time.Now()
 	d := Decision{Allowed: true, Policy: p}
 	if !lim.AllowN(now, 1) {
@@ -157,7 +198,7 @@ func allow(lim *rate.Limiter, p Policy) Decision {
 	}
 	tokens := max(0, lim.TokensAt(now))
 	d.Remaining = int(tokens)
-	d.Reset = time.Duration((float64(lim.Burst()) - tokens) / float64(lim.Limit()) * float64(time.Second))
+	d.Reset = time.Duration((float64(s.burst) - tokens) / s.perSecond * float64(time.Second))
 	return d
 }
 
@@ -168,13 +209,13 @@ func allow(lim *rate.Limiter, p Policy) Decision {
 type PerKey struct {
 	buckets map[string]*rate.Limiter
 	id      func(ctx context.Context) string
-	policy  Policy
+	shape
 }
 
 // NewPerKey returns per-key buckets for ids, each refilled at perSecond and
 // holding at most burst; id reads the caller id from a call's context.
 func NewPerKey(perSecond float64, burst int, ids []string, id func(ctx context.Context) string) *PerKey {
-	p := &PerKey{buckets: make(map[string]*rate.Limiter, len(ids)), id: id, policy: PolicyOf(perSecond, burst)}
+	p := &PerKey{buckets: make(map[string]*rate.Limiter, len(ids)), id: id, shape: shapeOf(perSecond, burst)}
 	for _, k := range ids {
 		p.buckets[k] = rate.NewLimiter(rate.Limit(perSecond), burst)
 	}
@@ -187,7 +228,7 @@ func (p *PerKey) Allow(ctx context.Context) Decision {
 	if !ok {
 		return Decision{Allowed: true}
 	}
-	return allow(lim, p.policy)
+	return p.allow(lim)
 }
 
 // Split sends the calls of anonymous callers (whose id is "") to one

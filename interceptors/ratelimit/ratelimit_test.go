@@ -155,17 +155,17 @@ func TestFields(t *testing.T) {
 	}
 }
 
-// TestTightest chains a global and a per-key limit: the fields describe
-// the one with fewer calls left, and only one set is sent.
+// TestTightest puts a global and a per-key limit in one interceptor: the
+// fields describe the one with fewer calls left, and only one set is sent.
 func TestTightest(t *testing.T) {
 	type ctxKey struct{}
 	id := func(ctx context.Context) string { s, _ := ctx.Value(ctxKey{}).(string); return s }
-	global := ratelimit.UnaryServerInterceptor(ratelimit.NewBucket(100, 10), ratelimit.WithPolicyName("global"))
-	perKey := ratelimit.UnaryServerInterceptor(ratelimit.NewPerKey(1, 2, []string{"a"}, id), ratelimit.WithPolicyName("key"))
+	limits := ratelimit.ChainUnaryServerInterceptor(
+		ratelimit.Limit{Limiter: ratelimit.NewBucket(100, 10), Options: []ratelimit.Option{ratelimit.WithPolicyName("global")}},
+		ratelimit.Limit{Limiter: ratelimit.NewPerKey(1, 2, []string{"a"}, id), Options: []ratelimit.Option{ratelimit.WithPolicyName("key")}},
+	)
 	chained := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		return global(context.WithValue(ctx, ctxKey{}, "a"), req, info, func(ctx context.Context, req any) (any, error) {
-			return perKey(ctx, req, info, h)
-		})
+		return limits(context.WithValue(ctx, ctxKey{}, "a"), req, info, h)
 	}
 	client := interceptortest.Serve(t, chained, interceptortest.Pong)
 	for i, want := range []struct {

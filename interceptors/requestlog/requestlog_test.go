@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+	"go.opentelemetry.io/otel/trace"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -83,10 +86,20 @@ func TestDirect(t *testing.T) {
 	}
 }
 
-// TestServer checks that the id goes back to the client as metadata.
+// TestServer checks that the id goes back to the client as metadata, with
+// what inner steps left in the call's Info.
 func TestServer(t *testing.T) {
 	var buf bytes.Buffer
-	client := interceptortest.Serve(t, requestlog.UnaryServerInterceptor(slog.New(slog.NewJSONHandler(&buf, nil))), interceptortest.Pong)
+	inner := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		ci := callinfo.FromContext(ctx)
+		for _, kv := range [][2]string{{"x-a", "1"}, {"x-b", "2"}, {"x-a", "3"}, {"x-c", "4"}, {"x-d", "5"}, {"x-e", "6"}} {
+			ci.SetHeader(kv[0], kv[1])
+		}
+		return handler(ctx, req)
+	}
+	client := interceptortest.ServeWith(t, []grpc.ServerOption{grpc.ChainUnaryInterceptor(
+		requestlog.UnaryServerInterceptor(slog.New(slog.NewJSONHandler(&buf, nil))), inner,
+	)}, interceptortest.Pong)
 	var header metadata.MD
 	ctx := metadata.AppendToOutgoingContext(t.Context(), "x-request-id", "from-client")
 	if _, err := client.Ping(ctx, &shebav1.PingRequest{}, grpc.Header(&header)); err != nil {
@@ -95,8 +108,42 @@ func TestServer(t *testing.T) {
 	if got := header.Get("x-request-id"); len(got) != 1 || got[0] != "from-client" {
 		t.Errorf("x-request-id: got %q, want from-client", got)
 	}
+	for k, want := range map[string][]string{"x-a": {"1", "3"}, "x-b": {"2"}, "x-c": {"4"}, "x-d": {"5"}, "x-e": {"6"}} {
+		if diff := cmp.Diff(want, header.Get(k)); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", k, diff)
+		}
+	}
 	if l := logLines(t, &buf); len(l) != 1 || l[0]["peer"] != "" {
 		// Without WithTransport the peer is unknown.
 		t.Errorf("log lines: %v", l)
+	}
+}
+
+// TestTraceIDs checks that the line names the call's trace and span, sampled
+// or not, and the hook's outcome and the error when there are some.
+func TestTraceIDs(t *testing.T) {
+	var buf bytes.Buffer
+	i := requestlog.UnaryServerInterceptor(slog.New(slog.NewJSONHandler(&buf, nil)))
+	sc := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{0x0a, 0xf1, 15: 0x01}, SpanID: trace.SpanID{0xbe, 7: 0xef},
+	})
+	ctx := trace.ContextWithSpanContext(t.Context(), sc)
+	_, _ = i(ctx, nil, &grpc.UnaryServerInfo{FullMethod: "/pkg.Svc/Do"}, func(ctx context.Context, _ any) (any, error) {
+		ci := callinfo.FromContext(ctx)
+		ci.Hook, ci.HookError = "error", "hook unreachable"
+		return nil, status.Error(codes.Unavailable, "try later")
+	})
+	lines := logLines(t, &buf)
+	if len(lines) != 1 {
+		t.Fatalf("got %d log lines, want 1", len(lines))
+	}
+	l := lines[0]
+	for k, want := range map[string]any{
+		"trace_id": "0af10000000000000000000000000001", "span_id": "be000000000000ef",
+		"hook": "error", "hook_error": "hook unreachable", "error": "try later", "level": "WARN",
+	} {
+		if l[k] != want {
+			t.Errorf("%s: got %v, want %v", k, l[k], want)
+		}
 	}
 }

@@ -100,3 +100,80 @@ func TestServer(t *testing.T) {
 		t.Errorf("answered after %v: the server deadline did not apply", took)
 	}
 }
+
+type valueKey struct{}
+
+// TestContext checks that the handler's context behaves as
+// context.WithDeadline's would, whether the handler waits on it or not.
+func TestContext(t *testing.T) {
+	i := timeout.UnaryServerInterceptor(30 * time.Millisecond)
+	call := func(parent context.Context, handler func(ctx context.Context)) context.Context {
+		t.Helper()
+		var inner context.Context
+		_, _ = i(parent, nil, info, func(ctx context.Context, _ any) (any, error) {
+			inner = ctx
+			handler(ctx)
+			return nil, nil
+		})
+		return inner
+	}
+	parent := context.WithValue(t.Context(), valueKey{}, "v")
+
+	t.Run("waits until the deadline", func(t *testing.T) {
+		ctx := call(parent, func(ctx context.Context) {
+			if got := ctx.Value(valueKey{}); got != "v" {
+				t.Errorf("value: got %v, want the parent's", got)
+			}
+			if err := ctx.Err(); err != nil {
+				t.Errorf("Err before the deadline: %v", err)
+			}
+			child, cancel := context.WithCancel(ctx)
+			defer cancel()
+			<-ctx.Done()
+			<-child.Done()
+			if !errors.Is(ctx.Err(), context.DeadlineExceeded) || !errors.Is(context.Cause(ctx), context.DeadlineExceeded) || !errors.Is(child.Err(), context.DeadlineExceeded) {
+				t.Errorf("after the deadline: Err %v, Cause %v, child's Err %v; want DeadlineExceeded", ctx.Err(), context.Cause(ctx), child.Err())
+			}
+		})
+		<-ctx.Done()
+	})
+	t.Run("asked past the deadline without waiting", func(t *testing.T) {
+		call(parent, func(ctx context.Context) {
+			time.Sleep(40 * time.Millisecond)
+			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				t.Errorf("Err: got %v, want DeadlineExceeded", ctx.Err())
+			}
+			select {
+			case <-ctx.Done():
+			default:
+				t.Error("Done not closed after Err said DeadlineExceeded")
+			}
+		})
+	})
+	t.Run("parent cancelled", func(t *testing.T) {
+		p, cancel := context.WithCancel(parent)
+		call(p, func(ctx context.Context) {
+			cancel()
+			<-ctx.Done()
+			if !errors.Is(ctx.Err(), context.Canceled) {
+				t.Errorf("Err: got %v, want Canceled", ctx.Err())
+			}
+		})
+	})
+	for _, waited := range []bool{false, true} {
+		ctx := call(parent, func(ctx context.Context) {
+			if waited {
+				ctx.Done()
+			}
+		})
+		// Once the call is done, as after a context.WithDeadline's cancel.
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("waited %v: Done not closed when the call was done", waited)
+		}
+		if !errors.Is(ctx.Err(), context.Canceled) {
+			t.Errorf("waited %v: Err after the call: got %v, want Canceled", waited, ctx.Err())
+		}
+	}
+}

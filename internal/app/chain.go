@@ -122,8 +122,7 @@ func chainLinks(d chainDeps) []link {
 	links := []link{
 		{"request_log", requestlog.UnaryServerInterceptor(d.log, requestlog.WithTransport(transportOf))},
 		{"error_details", errordetails.UnaryServerInterceptor()},
-		{"grpc_metrics", m.GRPCUnaryServerInterceptor()},
-		{"request_metrics", m.UnaryServerInterceptor()},
+		{"metrics", m.UnaryServerInterceptor()},
 		{"recovery", recovery.UnaryServerInterceptor(recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
 			d.log.ErrorContext(ctx, "panic in handler", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 			return errInternal
@@ -131,21 +130,25 @@ func chainLinks(d chainDeps) []link {
 		{"auth", auth.UnaryServerInterceptor(d.authn.Authenticate)},
 		{"identify", identify},
 	}
+	// One link for both rate limits: it tells a call the fields of the
+	// tighter, once.
+	var limits []ratelimit.Limit
 	if d.rate.global != nil {
-		links = append(links, link{"rate", ratelimit.UnaryServerInterceptor(
-			d.rate.global,
+		limits = append(limits, ratelimit.Limit{Limiter: d.rate.global, Options: []ratelimit.Option{
 			ratelimit.WithPolicyName("global"),
 			ratelimit.WithOnReject(m.Rejected(metrics.ReasonRate)),
-		)})
+		}})
 	}
 	if d.rate.perKey != nil {
-		links = append(links, link{"key_rate", ratelimit.UnaryServerInterceptor(
-			d.rate.perKey,
+		limits = append(limits, ratelimit.Limit{Limiter: d.rate.perKey, Options: []ratelimit.Option{
 			ratelimit.WithMessage("rate limit of this API key exceeded"),
 			ratelimit.WithPolicyName("key"),
 			ratelimit.WithReason(reason.KeyRateLimited),
 			ratelimit.WithOnReject(m.Rejected(metrics.ReasonKeyRate)),
-		)})
+		}})
+	}
+	if len(limits) > 0 {
+		links = append(links, link{"rate", ratelimit.ChainUnaryServerInterceptor(limits...)})
 	}
 	links = append(links,
 		link{"inflight", concurrency.UnaryServerInterceptor(d.inflight, concurrency.WithOnReject(m.Rejected(metrics.ReasonInflight)))},

@@ -47,7 +47,7 @@ func newBodySlots(n int) *bodySlots {
 // release func for when the request is done; answered is true if no slot
 // was free in time and a 429 was written.
 func (s *bodySlots) acquire(gw *runtime.ServeMux, w http.ResponseWriter, r *http.Request) (_ *http.Request, release func(), answered bool) {
-	if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
+	if bodiless(r) {
 		return r, func() {}, false
 	}
 	if !s.sem.TryAcquire(1) && !s.wait(r.Context()) {

@@ -22,16 +22,24 @@ import (
 // would also copy every standard header (User-Agent, Accept, Host…) as
 // grpcgateway-* metadata, which nothing in sheba reads and every REST call
 // paid for in allocations.
+//
+// The names are compared without lowering the header's first: that made a
+// string on every REST call.
 func incomingHeader(key string) (string, bool) {
-	switch k := strings.ToLower(key); k {
-	case apikey.MetadataKey, apikey.AuthorizationKey, requestlog.RequestIDKey, idempotency.MetadataKey:
-		return k, true
+	for _, k := range plainIncoming {
+		if strings.EqualFold(key, k) {
+			return k, true
+		}
 	}
 	if len(key) > len(runtime.MetadataHeaderPrefix) && strings.EqualFold(key[:len(runtime.MetadataHeaderPrefix)], runtime.MetadataHeaderPrefix) {
 		return key[len(runtime.MetadataHeaderPrefix):], true
 	}
 	return "", false
 }
+
+// plainIncoming is the metadata the chain reads that a header of the same
+// name gives.
+var plainIncoming = [...]string{apikey.MetadataKey, apikey.AuthorizationKey, requestlog.RequestIDKey, idempotency.MetadataKey}
 
 // plainHeaders maps the response metadata that HTTP clients know by name
 // (docs/api.md) to its header: the key in canonical form, which is what

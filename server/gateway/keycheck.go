@@ -43,7 +43,7 @@ var (
 // and brings no valid one, and r as it is otherwise. A request without a
 // body is left alone: there is nothing to guard, and nothing to look up.
 func keyBeforeBody(authn Authenticator, routes *routeTable, r *http.Request) *http.Request {
-	if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
+	if bodiless(r) {
 		return r
 	}
 	if authn.Known(credential(r.Header, apiKeyHeaders), credential(r.Header, authorizationHeaders)) {
@@ -71,6 +71,11 @@ func credential(h http.Header, names [2]string) string {
 		}
 	}
 	return ""
+}
+
+// bodiless reports whether r has no body to read.
+func bodiless(r *http.Request) bool {
+	return r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody
 }
 
 // withoutBody returns a copy of r with no body, which is never read. The

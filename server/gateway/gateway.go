@@ -92,7 +92,7 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, o Options) (http.Ha
 	if err != nil {
 		return nil, err
 	}
-	jsonpb := &runtime.JSONPb{
+	jsonpb := protoJSON{&runtime.JSONPb{
 		MarshalOptions: protojson.MarshalOptions{
 			// Empty lists and strings are shown (an empty
 			// nextPageToken marks the last page); unset messages
@@ -103,7 +103,7 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, o Options) (http.Ha
 			// Unknown fields are a client's mistake: answer 400.
 			DiscardUnknown: false,
 		},
-	}
+	}}
 	bodies, err := lru.New[string, []byte](errorBodiesSize)
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -241,13 +242,22 @@ func (s *inprocStream) SetTrailer(md metadata.MD) error {
 
 // merge adds the values of md to dst, which it makes if nil, and returns
 // it. Unlike metadata.Join it does not copy dst on every call: the chain
-// sets headers several times per call.
+// sets headers several times per call. Nor does it copy the values of a key
+// that dst does not have yet: it keeps md's slice, clipped so that a value
+// added later to that key goes to a slice of dst's own. Every link of the
+// chain hands SetHeader metadata made for that call and never changes it
+// after, and the gateway only reads what it gets (grpc-go copies them,
+// for callers that might).
 func merge(dst, md metadata.MD) metadata.MD {
 	if dst == nil {
 		dst = make(metadata.MD, len(md)+3)
 	}
 	for k, v := range md {
-		dst[k] = append(dst[k], v...)
+		if old, ok := dst[k]; ok {
+			dst[k] = append(old, v...)
+		} else {
+			dst[k] = slices.Clip(v)
+		}
 	}
 	return dst
 }

@@ -188,7 +188,10 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, o Options) (http.Ha
 	slots := newBodySlots(o.MaxConcurrentBodies)
 	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// The answer is JSON or CBOR by Accept: caches must key on it.
-		w.Header().Add("Vary", "Accept")
+		// The room for one more value is for gzhttp's Vary:
+		// Accept-Encoding, added next: one allocation, not two.
+		hdr := w.Header()
+		hdr["Vary"] = append(append(make([]string, 0, len(hdr["Vary"])+2), hdr["Vary"]...), "Accept")
 		if o.ShareRequest {
 			r = shareRequest(r)
 		}

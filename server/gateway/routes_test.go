@@ -4,11 +4,13 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/shebasvc/sheba/gen/openapiv2"
@@ -20,10 +22,12 @@ import (
 // answers it NotFound.
 type recordingConn struct {
 	methods []string
+	md      metadata.MD // the outgoing metadata of the last call
 }
 
-func (c *recordingConn) Invoke(_ context.Context, method string, _, _ any, _ ...grpc.CallOption) error {
+func (c *recordingConn) Invoke(ctx context.Context, method string, _, _ any, _ ...grpc.CallOption) error {
 	c.methods = append(c.methods, method)
+	c.md, _ = metadata.FromOutgoingContext(ctx)
 	return status.Error(codes.NotFound, "recorded")
 }
 
@@ -95,5 +99,42 @@ func TestRouteMethods(t *testing.T) {
 func TestRouteTableRefusesUnknownOperations(t *testing.T) {
 	if _, err := newRouteTable(openapiv2.Document, &shebav1.PingService_ServiceDesc); err == nil {
 		t.Error("got nil error for a document with operations of services not given")
+	}
+}
+
+// TestForwardedMetadata checks the metadata the gateway makes of where a
+// request comes from: x-forwarded-for (the request log's peer) from the
+// client's address, and no x-forwarded-host from the Host, which nothing
+// reads (serveWithoutHost); the request keeps its Host for the steps around
+// the gateway.
+func TestForwardedMetadata(t *testing.T) {
+	conn := &recordingConn{}
+	h, err := New(t.Context(), conn, Options{MaxBodyBytes: 1 << 20, MaxConcurrentBodies: 1, Authenticator: apikey.New(nil, nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sent := range []string{"", "proxy.example"} {
+		r := httptest.NewRequestWithContext(t.Context(), http.MethodGet, "http://sheba.test/v1/ping", http.NoBody)
+		r.RemoteAddr = "192.0.2.1:1234"
+		if sent != "" {
+			r.Header.Set("X-Forwarded-Host", sent)
+		}
+		h.ServeHTTP(httptest.NewRecorder(), r)
+		if len(conn.methods) == 0 {
+			t.Fatal("the gateway made no call")
+		}
+		if got := conn.md.Get("x-forwarded-for"); len(got) != 1 || got[0] != "192.0.2.1" {
+			t.Errorf("x-forwarded-for: got %q, want the client's address", got)
+		}
+		var want []string
+		if sent != "" {
+			want = []string{sent}
+		}
+		if got := conn.md.Get("x-forwarded-host"); !slices.Equal(got, want) {
+			t.Errorf("X-Forwarded-Host %q sent: x-forwarded-host %q, want %q", sent, got, want)
+		}
+		if r.Host != "sheba.test" {
+			t.Errorf("the request's Host is %q after the gateway, want sheba.test", r.Host)
+		}
 	}
 }

@@ -56,14 +56,15 @@ type Options struct {
 }
 
 // New returns the REST handler of the sheba.v1 API: grpc-gateway's mux
-// calling the services over conn (a Channel, so that every call passes the
-// interceptor chain), behind the HTTP guards that the package comment lists
+// calling the services over conn, so that every call passes the
+// interceptor chain (and conn makes the call's metadata of the request's
+// headers: headers.go), behind the HTTP guards that the package comment lists
 // in their order: Accept negotiation between JSON and CBOR, the key before
 // the body, 415 for a type it cannot decode, 400 for an Idempotency-Key it
 // cannot pass on, 413 for a body over the limit, at most
 // MaxConcurrentBodies bodies read at once, request decompression and answer
 // compression.
-func New(ctx context.Context, conn grpc.ClientConnInterface, o Options) (http.Handler, error) {
+func New(ctx context.Context, conn *Channel, o Options) (http.Handler, error) {
 	if o.Authenticator == nil {
 		return nil, errors.New("gateway: no Authenticator: the key must be checked before a body is read")
 	}
@@ -159,13 +160,14 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, o Options) (http.Ha
 		if routes.misrouted(gw, w, r) {
 			return
 		}
+		target := gw
 		if rpc := routes.rpc(r.Method, r.URL.Path); rpc != "" {
 			if own, ok := byService[rpc[:strings.LastIndexByte(rpc, '/')]]; ok {
-				serveWithoutHost(own, w, r)
-				return
+				target = own
 			}
 		}
-		gw.ServeHTTP(w, r)
+		// The request's metadata is the Channel's to make (headers.go).
+		target.ServeHTTP(w, asRESTCall(r))
 	})
 	codec, err := httpcompress.NewHandler(markBodies(mux),
 		httpcompress.WithMinBytes(o.CompressMinBytes),
@@ -215,19 +217,4 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, o Options) (http.Ha
 		h = serverSpans(h, o.TracerProvider, routes)
 	}
 	return h, nil
-}
-
-// serveWithoutHost serves r with mux while r.Host is empty. grpc-gateway
-// passes the Host of every request on as x-forwarded-host metadata, which
-// nothing in sheba reads (the hook is told the Host through callinfo.HTTP,
-// taken before): 5 allocations of every REST call, from the header's name
-// lowered to the copies of the metadata on its way to the handler. Its
-// x-forwarded-for, which the request log reads, stays; and so does an
-// X-Forwarded-Host a client sends, as before. The request is the same
-// again once mux is done, for the steps around the gateway.
-func serveWithoutHost(mux http.Handler, w http.ResponseWriter, r *http.Request) {
-	host := r.Host
-	r.Host = ""
-	defer func() { r.Host = host }()
-	mux.ServeHTTP(w, r)
 }

@@ -31,9 +31,9 @@ type Authenticator interface {
 	Public(method string) bool
 }
 
-// The headers grpc-gateway makes the credentials' metadata of: the header
-// of that name, and its Grpc-Metadata- form (incomingHeader). Canonical once
-// here, so that reading them allocates nothing.
+// The headers the credentials' metadata is made of: the header of that
+// name, and its Grpc-Metadata- form (headers.go). Canonical once here, so
+// that reading them allocates nothing.
 var (
 	apiKeyHeaders        = [2]string{http.CanonicalHeaderKey(apikey.MetadataKey), http.CanonicalHeaderKey(runtime.MetadataHeaderPrefix + apikey.MetadataKey)}
 	authorizationHeaders = [2]string{http.CanonicalHeaderKey(apikey.AuthorizationKey), http.CanonicalHeaderKey(runtime.MetadataHeaderPrefix + apikey.AuthorizationKey)}
@@ -57,11 +57,12 @@ func keyBeforeBody(authn Authenticator, routes *routeTable, r *http.Request) *ht
 	return withoutBody(r)
 }
 
-// credential returns the first value of the metadata grpc-gateway makes of
-// headers (runtime.AnnotateContext): from the plain header, else from its
-// Grpc-Metadata- form, skipping the values that gRPC metadata cannot carry,
-// which grpc-gateway drops. (When a request sends both forms of x-api-key,
-// grpc-gateway puts them in map order; the plain one is taken here.)
+// credential returns the first value of the metadata made of headers
+// (incomingMetadata): from the plain header, else from its Grpc-Metadata-
+// form, skipping the values that gRPC metadata cannot carry, which are
+// dropped. (The metadata puts the plain header's values first too; the
+// Authorization header's Grpc-Metadata- form is grpc-gateway's to pass, and
+// comes after the plain one as well.)
 func credential(h http.Header, names [2]string) string {
 	for _, name := range names {
 		for _, v := range h[name] {

@@ -73,8 +73,8 @@ func (c *Channel) Invoke(ctx context.Context, method string, req, resp any, opts
 	if !ok {
 		return status.Errorf(codes.Unimplemented, "unknown method %s", method)
 	}
-	md, rc := incomingMetadata(ctx)
-	sctx, stream := newCallContext(ctx, method, md, rc)
+	md, room := incomingMetadata(ctx)
+	sctx, stream := newCallContext(ctx, method, md, room)
 	decode := func(in any) error {
 		proto.Merge(in.(proto.Message), req.(proto.Message))
 		return nil
@@ -188,16 +188,13 @@ func (c *callContext) Value(key any) any {
 
 // newCallContext returns the handler's context of a call of method from
 // ctx, with md as its incoming metadata, and the stream that collects its
-// response metadata. The context is made in rc, the REST call the call
-// belongs to, if there is one and it has room.
-func newCallContext(ctx context.Context, method string, md metadata.MD, rc *restCall) (context.Context, *inprocStream) {
+// response metadata. The context is made in room, if not nil.
+func newCallContext(ctx context.Context, method string, md metadata.MD, room *callContext) (context.Context, *inprocStream) {
 	if !grpcKeysKnown {
 		return plainCallContext(ctx, method, md)
 	}
-	var c *callContext
-	if rc != nil && rc.taken.CompareAndSwap(false, true) {
-		c = &rc.call
-	} else {
+	c := room
+	if c == nil {
 		c = new(callContext)
 	}
 	*c = callContext{Context: ctx, md: md, stream: inprocStream{method: method}}

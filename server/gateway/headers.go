@@ -75,10 +75,13 @@ type restCall struct {
 	context.Context
 	header     http.Header
 	remoteAddr string
-	// taken is set by the Channel's call that takes call: the mux makes
-	// one per request.
+	// taken is set by the Channel's call that takes the room below: the
+	// mux makes one per request.
 	taken atomic.Bool
-	call  callContext
+	// call is the handler's context, and forwardedFor the value of its
+	// x-forwarded-for metadata.
+	call         callContext
+	forwardedFor [1]string
 }
 
 func (c *restCall) Value(key any) any {
@@ -101,12 +104,18 @@ func asRESTCall(r *http.Request) *http.Request {
 // with ctx: the caller's outgoing metadata, copied, and when ctx is a REST
 // call's, the metadata of its headers and client address, which are
 // placed first (before those of Grpc-Metadata-* headers of the same name,
-// as the key check reads them); and the REST call, if any.
-func incomingMetadata(ctx context.Context) (metadata.MD, *restCall) {
+// as the key check reads them); and the room for the handler's context in
+// the REST call, if there is one and the room is free (the first call of
+// the request takes it).
+func incomingMetadata(ctx context.Context) (metadata.MD, *callContext) {
 	md, _ := metadata.FromOutgoingContext(ctx)
 	rc, ok := ctx.Value(restCallKey{}).(*restCall)
 	if !ok {
 		return md, nil
+	}
+	var room *callContext
+	if rc.taken.CompareAndSwap(false, true) {
+		room = &rc.call
 	}
 	if md == nil {
 		md = make(metadata.MD, len(channelHeaders)+1)
@@ -122,9 +131,14 @@ func incomingMetadata(ctx context.Context) (metadata.MD, *restCall) {
 		if sent := md[forwardedForKey]; len(sent) > 0 {
 			ip = sent[0] + ", " + ip
 		}
-		md[forwardedForKey] = []string{ip}
+		if room != nil {
+			rc.forwardedFor[0] = ip
+			md[forwardedForKey] = rc.forwardedFor[:]
+		} else {
+			md[forwardedForKey] = []string{ip}
+		}
 	}
-	return md, rc
+	return md, room
 }
 
 // metadataValues returns the values of vs that gRPC metadata can carry, as

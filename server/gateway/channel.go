@@ -221,9 +221,8 @@ func (c *Channel) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.C
 type inprocStream struct {
 	method string
 
-	mu      sync.Mutex
-	header  metadata.MD
-	trailer metadata.MD
+	mu              sync.Mutex
+	header, trailer collected
 }
 
 func (s *inprocStream) Method() string { return s.method }
@@ -231,7 +230,7 @@ func (s *inprocStream) Method() string { return s.method }
 func (s *inprocStream) SetHeader(md metadata.MD) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.header = merge(s.header, md)
+	s.header.add(md)
 	return nil
 }
 
@@ -240,30 +239,41 @@ func (s *inprocStream) SendHeader(md metadata.MD) error { return s.SetHeader(md)
 func (s *inprocStream) SetTrailer(md metadata.MD) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.trailer = merge(s.trailer, md)
+	s.trailer.add(md)
 	return nil
 }
 
-// merge adds the values of md to dst, which it makes if nil, and returns
-// it. Unlike metadata.Join it does not copy dst on every call: the chain
-// sets headers several times per call. Nor does it copy the values of a key
-// that dst does not have yet: it keeps md's slice, clipped so that a value
-// added later to that key goes to a slice of dst's own. Every link of the
-// chain hands SetHeader metadata made for that call and never changes it
-// after, and the gateway only reads what it gets (grpc-go copies them,
+// collected is the response metadata set so far. Unlike metadata.Join,
+// which grpc-go's stream calls on every SetHeader, it copies nothing that
+// it need not: the metadata of the first call with any is kept as it is,
+// and only a second one makes a map of collected's own, where the values
+// of a key set once are still the slice the caller gave, clipped so that
+// a value added later to that key goes to a slice of its own. Every link of
+// the chain hands SetHeader metadata made for that call and never changes
+// it after, and the gateway only reads what it gets (grpc-go copies them,
 // for callers that might).
-func merge(dst, md metadata.MD) metadata.MD {
-	if dst == nil {
-		dst = make(metadata.MD, len(md)+3)
+type collected struct {
+	md  metadata.MD
+	own bool // md is collected's, not a caller's
+}
+
+func (c *collected) add(md metadata.MD) {
+	switch {
+	case len(md) == 0:
+		return
+	case c.md == nil:
+		c.md = md
+		return
+	case !c.own:
+		mine := make(metadata.MD, len(c.md)+len(md))
+		for k, v := range c.md {
+			mine[k] = slices.Clip(v)
+		}
+		c.md, c.own = mine, true
 	}
 	for k, v := range md {
-		if old, ok := dst[k]; ok {
-			dst[k] = append(old, v...)
-		} else {
-			dst[k] = slices.Clip(v)
-		}
+		c.md[k] = append(slices.Clip(c.md[k]), v...)
 	}
-	return dst
 }
 
 // deliver hands the collected metadata to the Header and Trailer call
@@ -274,9 +284,9 @@ func (s *inprocStream) deliver(opts []grpc.CallOption) {
 	for _, o := range opts {
 		switch o := o.(type) {
 		case grpc.HeaderCallOption:
-			*o.HeaderAddr = s.header
+			*o.HeaderAddr = s.header.md
 		case grpc.TrailerCallOption:
-			*o.TrailerAddr = s.trailer
+			*o.TrailerAddr = s.trailer.md
 		case grpc.PeerCallOption:
 			*o.PeerAddr = *inprocPeer
 		}

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"slices"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -11,6 +10,8 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/shebasvc/sheba/internal/mdset"
 )
 
 // Channel is the gateway's connection to the services: a
@@ -217,12 +218,13 @@ func (c *Channel) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.C
 }
 
 // inprocStream collects the response metadata a handler sets with
-// grpc.SetHeader, grpc.SendHeader and grpc.SetTrailer.
+// grpc.SetHeader, grpc.SendHeader and grpc.SetTrailer, copying none of it
+// (mdset).
 type inprocStream struct {
 	method string
 
 	mu              sync.Mutex
-	header, trailer collected
+	header, trailer mdset.Set
 }
 
 func (s *inprocStream) Method() string { return s.method }
@@ -230,7 +232,7 @@ func (s *inprocStream) Method() string { return s.method }
 func (s *inprocStream) SetHeader(md metadata.MD) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.header.add(md)
+	s.header.Add(md)
 	return nil
 }
 
@@ -239,41 +241,8 @@ func (s *inprocStream) SendHeader(md metadata.MD) error { return s.SetHeader(md)
 func (s *inprocStream) SetTrailer(md metadata.MD) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.trailer.add(md)
+	s.trailer.Add(md)
 	return nil
-}
-
-// collected is the response metadata set so far. Unlike metadata.Join,
-// which grpc-go's stream calls on every SetHeader, it copies nothing that
-// it need not: the metadata of the first call with any is kept as it is,
-// and only a second one makes a map of collected's own, where the values
-// of a key set once are still the slice the caller gave, clipped so that
-// a value added later to that key goes to a slice of its own. Every link of
-// the chain hands SetHeader metadata made for that call and never changes
-// it after, and the gateway only reads what it gets (grpc-go copies them,
-// for callers that might).
-type collected struct {
-	md  metadata.MD
-	own bool // md is collected's, not a caller's
-}
-
-func (c *collected) add(md metadata.MD) {
-	switch {
-	case len(md) == 0:
-		return
-	case c.md == nil:
-		c.md = md
-		return
-	case !c.own:
-		mine := make(metadata.MD, len(c.md)+len(md))
-		for k, v := range c.md {
-			mine[k] = slices.Clip(v)
-		}
-		c.md, c.own = mine, true
-	}
-	for k, v := range md {
-		c.md[k] = append(slices.Clip(c.md[k]), v...)
-	}
 }
 
 // deliver hands the collected metadata to the Header and Trailer call
@@ -284,9 +253,9 @@ func (s *inprocStream) deliver(opts []grpc.CallOption) {
 	for _, o := range opts {
 		switch o := o.(type) {
 		case grpc.HeaderCallOption:
-			*o.HeaderAddr = s.header.md
+			*o.HeaderAddr = s.header.MD()
 		case grpc.TrailerCallOption:
-			*o.TrailerAddr = s.trailer.md
+			*o.TrailerAddr = s.trailer.MD()
 		case grpc.PeerCallOption:
 			*o.PeerAddr = *inprocPeer
 		}

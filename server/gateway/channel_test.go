@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -115,32 +114,5 @@ func testInprocChannel(t *testing.T) {
 	err = c.Invoke(t.Context(), "/sheba.v1.AccountService/Nope", req, &shebav1.GetAccountResponse{})
 	if status.Code(err) != codes.Unimplemented {
 		t.Errorf("unknown method: got %v, want Unimplemented", err)
-	}
-}
-
-// TestCollectedMetadata checks the response metadata a handler sets several
-// times: every value kept in order, and no caller's metadata changed.
-func TestCollectedMetadata(t *testing.T) {
-	first := metadata.MD{"a": make([]string, 1, 4)}
-	first["a"][0] = "1"
-	second := metadata.Pairs("a", "2", "b", "x")
-	third := metadata.Pairs("b", "y")
-	var c collected
-	c.add(nil)
-	c.add(first)
-	c.add(second)
-	c.add(third)
-	want := metadata.MD{"a": {"1", "2"}, "b": {"x", "y"}}
-	if diff := cmp.Diff(want, c.md); diff != "" {
-		t.Errorf("collected (-want +got):\n%s", diff)
-	}
-	if diff := cmp.Diff(metadata.MD{"a": {"1"}}, first); diff != "" {
-		t.Errorf("the first caller's metadata changed (-want +got):\n%s", diff)
-	}
-	if got := first["a"][:2][1]; got != "" {
-		t.Errorf("a value was written past the first caller's slice: %q", got)
-	}
-	if diff := cmp.Diff(metadata.Pairs("a", "2", "b", "x"), second); diff != "" {
-		t.Errorf("the second caller's metadata changed (-want +got):\n%s", diff)
 	}
 }

@@ -45,24 +45,25 @@ type headerStream struct {
 	sent   bool
 }
 
-func (s *headerStream) SetHeader(md metadata.MD) error {
+func (s *headerStream) SetHeader(md metadata.MD) error { return s.add(md, false) }
+
+func (s *headerStream) SendHeader(md metadata.MD) error { return s.add(md, true) }
+
+// add adds md to the headers, and sends them if send. Once they are sent,
+// the stream answers (grpc-go's refuses: the headers are gone).
+func (s *headerStream) add(md metadata.MD, send bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.sent {
-		// The stream's answer: the headers are gone.
+	switch {
+	case s.sent && send:
+		return s.ServerTransportStream.SendHeader(md)
+	case s.sent:
 		return s.ServerTransportStream.SetHeader(md)
 	}
 	s.header.Add(md)
-	return nil
-}
-
-func (s *headerStream) SendHeader(md metadata.MD) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.sent {
-		return s.ServerTransportStream.SendHeader(md)
+	if !send {
+		return nil
 	}
-	s.header.Add(md)
 	s.sent = true
 	return s.ServerTransportStream.SendHeader(s.header.MD())
 }

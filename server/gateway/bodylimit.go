@@ -67,9 +67,12 @@ type limitedBodyKey struct{}
 
 func (b *limitedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	var tooLarge *http.MaxBytesError
-	if errors.As(err, &tooLarge) {
-		b.over.Store(true)
+	// Looked into only on an error: errors.As took the address of a
+	// variable that then lived on the heap, one allocation a read.
+	if err != nil {
+		if _, tooLarge := errors.AsType[*http.MaxBytesError](err); tooLarge {
+			b.over.Store(true)
+		}
 	}
 	return n, err
 }

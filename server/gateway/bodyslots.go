@@ -59,7 +59,7 @@ func (s *bodySlots) acquire(gw *runtime.ServeMux, w http.ResponseWriter, r *http
 // take is acquire without the answer: busy is true if no slot was free in
 // time, and then the caller answers errNoBodySlot.
 func (s *bodySlots) take(r *http.Request) (_ *http.Request, release func(), busy bool) {
-	if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
+	if bodiless(r) {
 		return r, func() {}, false
 	}
 	if !s.sem.TryAcquire(1) && !s.wait(r.Context()) {

@@ -3,10 +3,12 @@ package gateway
 import (
 	"context"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
@@ -27,10 +29,46 @@ func (e *echoAccounts) GetAccount(ctx context.Context, req *shebav1.GetAccountRe
 	if out, _ := metadata.FromOutgoingContext(ctx); len(out) > 0 {
 		return nil, status.Error(codes.Internal, "the caller's outgoing metadata leaked into the handler")
 	}
+	if v := metadata.ValueFromIncomingContext(ctx, "x-api-key"); len(v) != 1 || v[0] != "k1" {
+		return nil, status.Errorf(codes.Internal, "x-api-key by ValueFromIncomingContext: got %q", v)
+	}
+	if p, ok := peer.FromContext(ctx); !ok || p.Addr.String() != "inproc" {
+		return nil, status.Errorf(codes.Internal, "peer: got %v", p)
+	}
+	if m, _ := grpc.Method(ctx); m != "/sheba.v1.AccountService/GetAccount" {
+		return nil, status.Errorf(codes.Internal, "grpc.Method: got %q", m)
+	}
+	if ctx.Value(callerKey{}) != "caller" {
+		return nil, status.Error(codes.Internal, "a value of the caller's context is missing")
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		return nil, status.Error(codes.Internal, "the caller's deadline is missing")
+	}
+	// The outgoing metadata a handler adds is its own.
+	if out, _ := metadata.FromOutgoingContext(metadata.AppendToOutgoingContext(ctx, "x-out", "1")); len(out) != 1 || out.Get("x-out")[0] != "1" {
+		return nil, status.Errorf(codes.Internal, "outgoing metadata the handler set: got %v", out)
+	}
 	return &shebav1.GetAccountResponse{Account: &shebav1.Account{Id: req.GetAccountId()}}, nil
 }
 
+type callerKey struct{}
+
+// TestInprocChannel calls a handler over the Channel, with the handler's
+// context made in one allocation (callContext) and, as when grpc-go's keys
+// cannot be learned, with grpc-go's own functions.
 func TestInprocChannel(t *testing.T) {
+	if !grpcKeysKnown {
+		t.Fatal("grpc-go's context keys were not learned: every REST call takes the plain contexts")
+	}
+	t.Run("callContext", testInprocChannel)
+	t.Run("plain", func(t *testing.T) {
+		grpcKeysKnown = false
+		defer func() { grpcKeysKnown = true }()
+		testInprocChannel(t)
+	})
+}
+
+func testInprocChannel(t *testing.T) {
 	intercepted := ""
 	c := NewChannel(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		intercepted = info.FullMethod
@@ -43,7 +81,9 @@ func TestInprocChannel(t *testing.T) {
 	c.RegisterService(&shebav1.AccountService_ServiceDesc, impl)
 	client := shebav1.NewAccountServiceClient(c)
 
-	ctx := metadata.AppendToOutgoingContext(t.Context(), "x-api-key", "k1")
+	ctx, cancel := context.WithTimeout(context.WithValue(t.Context(), callerKey{}, "caller"), time.Minute)
+	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, "x-api-key", "k1")
 	req := &shebav1.GetAccountRequest{AccountId: "a1"}
 	var header, trailer metadata.MD
 	resp, err := client.GetAccount(ctx, req, grpc.Header(&header), grpc.Trailer(&trailer))

@@ -40,5 +40,9 @@
 // path no route has is 404, and a known path under another
 // method 405 with Allow (routes.go); the retry-after, x-request-id,
 // idempotent-replayed and RateLimit metadata become plain headers
-// (headers.go). See docs/api.md.
+// (headers.go). The headers the chain reads (the API key, the request id,
+// the idempotency key, Grpc-Metadata-*) and the client's address become the
+// call's incoming metadata, made by the Channel from the request rather
+// than by grpc-gateway, which would make it twice (headers.go). See
+// docs/api.md.
 package gateway

@@ -123,10 +123,11 @@ type requestBody struct {
 	malformed bool
 }
 
-// markBodies hands next the request body as a *requestBody.
+// markBodies hands next the request body, if it has one, as a
+// *requestBody.
 func markBodies(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Body != nil && r.Body != http.NoBody {
+		if !bodiless(r) {
 			r.Body = &requestBody{ReadCloser: r.Body}
 		}
 		next.ServeHTTP(w, r)

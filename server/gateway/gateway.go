@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -63,14 +64,15 @@ type Options struct {
 }
 
 // New returns the REST handler of the sheba.v1 API: grpc-gateway's mux
-// calling the services over conn (a Channel, so that every call passes the
-// interceptor chain), behind the HTTP guards that the package comment lists
+// calling the services over conn, so that every call passes the
+// interceptor chain (and conn makes the call's metadata of the request's
+// headers: headers.go), behind the HTTP guards that the package comment lists
 // in their order: Accept negotiation between JSON and CBOR, the key before
 // the body, 415 for a type it cannot decode, 400 for an Idempotency-Key it
 // cannot pass on, 413 for a body over the limit, at most
 // MaxConcurrentBodies bodies read at once, request decompression and answer
 // compression.
-func New(ctx context.Context, conn grpc.ClientConnInterface, o Options) (http.Handler, error) {
+func New(ctx context.Context, conn *Channel, o Options) (http.Handler, error) {
 	if o.Authenticator == nil {
 		return nil, errors.New("gateway: no Authenticator: the key must be checked before a body is read")
 	}
@@ -101,7 +103,7 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, o Options) (http.Ha
 	if err != nil {
 		return nil, err
 	}
-	jsonpb := &runtime.JSONPb{
+	jsonpb := protoJSON{&runtime.JSONPb{
 		MarshalOptions: protojson.MarshalOptions{
 			// Empty lists and strings are shown (an empty
 			// nextPageToken marks the last page); unset messages
@@ -112,7 +114,7 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, o Options) (http.Ha
 			// Unknown fields are a client's mistake: answer 400.
 			DiscardUnknown: false,
 		},
-	}
+	}}
 	bodies, err := lru.New[string, []byte](errorBodiesSize)
 	if err != nil {
 		return nil, err
@@ -138,19 +140,42 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, o Options) (http.Ha
 		// writes them on the others.
 		muxOpts = append(muxOpts, runtime.WithForwardResponseOption(addChainHeaders))
 	}
+	// gw has every route. A mux tries its routes of the request's method
+	// one after the other, and each route that does not match costs it
+	// allocations (a ping was tried after the six other GET routes: 10 of
+	// its allocations); so a request that the route table finds goes to
+	// the mux of that route's service alone, which answers it as gw would,
+	// and hands gw whatever it cannot route itself.
 	gw := runtime.NewServeMux(muxOpts...)
+	ownOpts := append(slices.Clip(muxOpts), runtime.WithRoutingErrorHandler(
+		func(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, _ int) {
+			gw.ServeHTTP(w, r)
+		}))
+	byService := make(map[string]*runtime.ServeMux, len(services))
 	for _, svc := range services {
-		if err := svc.register(gw); err != nil {
-			return nil, fmt.Errorf("register gateway handler: %w", err)
+		own := runtime.NewServeMux(ownOpts...)
+		for _, m := range []*runtime.ServeMux{gw, own} {
+			if err := svc.register(m); err != nil {
+				return nil, fmt.Errorf("register gateway handler: %w", err)
+			}
 		}
+		byService["/"+svc.desc.ServiceName] = own
 	}
 
 	// The mux, with the 405s it cannot tell (routes.go) answered before
 	// it, where it answers its own.
 	mux := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !routes.misrouted(gw, w, r) {
-			gw.ServeHTTP(w, r)
+		if routes.misrouted(gw, w, r) {
+			return
 		}
+		target := gw
+		if rpc := routes.rpc(r.Method, r.URL.Path); rpc != "" {
+			if own, ok := byService[rpc[:strings.LastIndexByte(rpc, '/')]]; ok {
+				target = own
+			}
+		}
+		// The request's metadata is the Channel's to make (headers.go).
+		target.ServeHTTP(w, asRESTCall(r))
 	})
 	codec, err := httpcompress.NewHandler(markBodies(mux),
 		httpcompress.WithMinBytes(o.CompressMinBytes),
@@ -173,7 +198,10 @@ func New(ctx context.Context, conn grpc.ClientConnInterface, o Options) (http.Ha
 	slots := newBodySlots(o.MaxConcurrentBodies)
 	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// The answer is JSON or CBOR by Accept: caches must key on it.
-		w.Header().Add("Vary", "Accept")
+		// The room for one more value is for gzhttp's Vary:
+		// Accept-Encoding, added next: one allocation, not two.
+		hdr := w.Header()
+		hdr["Vary"] = append(append(make([]string, 0, len(hdr["Vary"])+2), hdr["Vary"]...), "Accept")
 		if o.ShareRequest {
 			r = shareRequest(r)
 		}

@@ -31,9 +31,9 @@ type Authenticator interface {
 	Public(method string) bool
 }
 
-// The headers grpc-gateway makes the credentials' metadata of: the header
-// of that name, and its Grpc-Metadata- form (incomingHeader). Canonical once
-// here, so that reading them allocates nothing.
+// The headers the credentials' metadata is made of: the header of that
+// name, and its Grpc-Metadata- form (headers.go). Canonical once here, so
+// that reading them allocates nothing.
 var (
 	apiKeyHeaders        = [2]string{http.CanonicalHeaderKey(apikey.MetadataKey), http.CanonicalHeaderKey(runtime.MetadataHeaderPrefix + apikey.MetadataKey)}
 	authorizationHeaders = [2]string{http.CanonicalHeaderKey(apikey.AuthorizationKey), http.CanonicalHeaderKey(runtime.MetadataHeaderPrefix + apikey.AuthorizationKey)}
@@ -43,7 +43,7 @@ var (
 // and brings no valid one, and r as it is otherwise. A request without a
 // body is left alone: there is nothing to guard, and nothing to look up.
 func keyBeforeBody(authn Authenticator, routes *routeTable, r *http.Request) *http.Request {
-	if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
+	if bodiless(r) {
 		return r
 	}
 	if authn.Known(credential(r.Header, apiKeyHeaders[:]), credential(r.Header, authorizationHeaders[:])) {
@@ -57,11 +57,12 @@ func keyBeforeBody(authn Authenticator, routes *routeTable, r *http.Request) *ht
 	return withoutBody(r)
 }
 
-// credential returns the first value of the metadata grpc-gateway makes of
-// headers (runtime.AnnotateContext): from the plain header, else from its
-// Grpc-Metadata- form, skipping the values that gRPC metadata cannot carry,
-// which grpc-gateway drops. (When a request sends both forms of x-api-key,
-// grpc-gateway puts them in map order; the plain one is taken here.)
+// credential returns the first value of the metadata made of headers
+// (incomingMetadata): from the plain header, else from its Grpc-Metadata-
+// form, skipping the values that gRPC metadata cannot carry, which are
+// dropped. (The metadata puts the plain header's values first too; the
+// Authorization header's Grpc-Metadata- form is grpc-gateway's to pass, and
+// comes after the plain one as well.)
 func credential(h http.Header, names []string) string {
 	for _, name := range names {
 		for _, v := range h[name] {
@@ -71,6 +72,11 @@ func credential(h http.Header, names []string) string {
 		}
 	}
 	return ""
+}
+
+// bodiless reports whether r has no body to read.
+func bodiless(r *http.Request) bool {
+	return r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody
 }
 
 // withoutBody returns a copy of r with no body, which is never read. The

@@ -7,8 +7,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/shebasvc/sheba/gen/openapiv2"
@@ -16,32 +18,42 @@ import (
 	"github.com/shebasvc/sheba/interceptors/apikey"
 )
 
-// recordingConn is a connection that records the method of every call and
-// answers it NotFound.
+// recordingConn is a Channel to every REST service whose chain records
+// the method and incoming metadata of every call and answers it NotFound,
+// calling no handler.
 type recordingConn struct {
+	*Channel
 	methods []string
+	md      metadata.MD // the incoming metadata of the last call
 }
 
-func (c *recordingConn) Invoke(_ context.Context, method string, _, _ any, _ ...grpc.CallOption) error {
-	c.methods = append(c.methods, method)
-	return status.Error(codes.NotFound, "recorded")
+func newRecordingConn() *recordingConn {
+	c := &recordingConn{}
+	c.Channel = NewChannel(func(ctx context.Context, _ any, info *grpc.UnaryServerInfo, _ grpc.UnaryHandler) (any, error) {
+		c.methods = append(c.methods, info.FullMethod)
+		c.md, _ = metadata.FromIncomingContext(ctx)
+		return nil, status.Error(codes.NotFound, "recorded")
+	})
+	for _, desc := range restServices {
+		c.RegisterService(desc, nil)
+	}
+	return c
 }
 
-func (c *recordingConn) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.CallOption) (grpc.ClientStream, error) {
-	return nil, status.Error(codes.Unimplemented, "no streams")
-}
+// restServices are the services of the REST routes.
+var restServices = []*grpc.ServiceDesc{&shebav1.PingService_ServiceDesc, &shebav1.AccountService_ServiceDesc,
+	&shebav1.SubscriptionService_ServiceDesc, &shebav1.WebhookService_ServiceDesc}
 
 // TestRouteMethods checks that the route table names, for every route, the
 // gRPC method grpc-gateway's mux calls for it: the key check decides by that
 // name before the mux has run.
 func TestRouteMethods(t *testing.T) {
-	routes, err := newRouteTable(openapiv2.Document, &shebav1.PingService_ServiceDesc, &shebav1.AccountService_ServiceDesc,
-		&shebav1.SubscriptionService_ServiceDesc, &shebav1.WebhookService_ServiceDesc)
+	routes, err := newRouteTable(openapiv2.Document, restServices...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn := &recordingConn{}
-	h, err := New(t.Context(), conn, Options{MaxBodyBytes: 1 << 20, MaxConcurrentBodies: 1, Authenticator: apikey.New(nil, nil)})
+	conn := newRecordingConn()
+	h, err := New(t.Context(), conn.Channel, Options{MaxBodyBytes: 1 << 20, MaxConcurrentBodies: 1, Authenticator: apikey.New(nil, nil)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,5 +107,55 @@ func TestRouteMethods(t *testing.T) {
 func TestRouteTableRefusesUnknownOperations(t *testing.T) {
 	if _, err := newRouteTable(openapiv2.Document, &shebav1.PingService_ServiceDesc); err == nil {
 		t.Error("got nil error for a document with operations of services not given")
+	}
+}
+
+// TestRESTMetadata checks the incoming metadata of the handler of a REST
+// call (headers.go): the headers the chain reads, Authorization,
+// Grpc-Metadata-* and the client's address, with values gRPC metadata can
+// carry; no x-forwarded-host from the Host, which nothing reads, but the
+// one a client sends; the request as it was for the steps around the
+// gateway.
+func TestRESTMetadata(t *testing.T) {
+	conn := newRecordingConn()
+	h, err := New(t.Context(), conn.Channel, Options{MaxBodyBytes: 1 << 20, MaxConcurrentBodies: 1, Authenticator: apikey.New(nil, nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const client = "192.0.2.1:1234"
+	for _, tc := range []struct {
+		name   string
+		header http.Header
+		remote string
+		want   metadata.MD
+	}{
+		{"key", http.Header{"X-Api-Key": {"k"}, "User-Agent": {"test"}, "Accept": {"*/*"}}, client,
+			metadata.MD{"x-api-key": {"k"}, "x-forwarded-for": {"192.0.2.1"}}},
+		{"chain headers", http.Header{"X-Api-Key": {"k"}, "X-Request-Id": {"r1"}, "Idempotency-Key": {"i1"}}, client,
+			metadata.MD{"x-api-key": {"k"}, "x-request-id": {"r1"}, "idempotency-key": {"i1"}, "x-forwarded-for": {"192.0.2.1"}}},
+		{"forwarded by proxies", http.Header{"X-Forwarded-For": {"198.51.100.7", "203.0.113.9"}, "X-Forwarded-Host": {"proxy.example"}}, client,
+			metadata.MD{"x-forwarded-for": {"198.51.100.7, 203.0.113.9, 192.0.2.1"}, "x-forwarded-host": {"proxy.example"}}},
+		{"authorization", http.Header{"Authorization": {"Bearer t"}}, client,
+			metadata.MD{"authorization": {"Bearer t"}, "x-forwarded-for": {"192.0.2.1"}}},
+		{"grpc-metadata", http.Header{"X-Api-Key": {"plain"}, "Grpc-Metadata-X-Api-Key": {"prefixed"}, "Grpc-Metadata-Custom": {"v"}}, client,
+			metadata.MD{"x-api-key": {"plain", "prefixed"}, "custom": {"v"}, "x-forwarded-for": {"192.0.2.1"}}},
+		{"values metadata cannot carry", http.Header{"X-Api-Key": {"a\x01b", "k", "é"}, "X-Request-Id": {"\x7f"}}, client,
+			metadata.MD{"x-api-key": {"k"}, "x-forwarded-for": {"192.0.2.1"}}},
+		{"no client address", http.Header{"X-Api-Key": {"k"}}, "",
+			metadata.MD{"x-api-key": {"k"}}},
+	} {
+		r := httptest.NewRequestWithContext(t.Context(), http.MethodGet, "http://sheba.test/v1/ping", http.NoBody)
+		r.Header, r.RemoteAddr = tc.header, tc.remote
+		conn.methods = nil
+		h.ServeHTTP(httptest.NewRecorder(), r)
+		if len(conn.methods) != 1 {
+			t.Fatalf("%s: the gateway made calls %v, want one", tc.name, conn.methods)
+		}
+		if diff := cmp.Diff(tc.want, conn.md); diff != "" {
+			t.Errorf("%s: incoming metadata (-want +got):\n%s", tc.name, diff)
+		}
+		if r.Host != "sheba.test" || r.RemoteAddr != tc.remote {
+			t.Errorf("%s: the request's Host and RemoteAddr are %q and %q after the gateway", tc.name, r.Host, r.RemoteAddr)
+		}
 	}
 }

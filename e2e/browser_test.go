@@ -6,7 +6,6 @@ import (
 	"compress/gzip"
 	"encoding/base64"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -457,7 +456,7 @@ func TestBrowserGuards(t *testing.T) {
 			var st *status.Status
 			if test.method == http.MethodPost && test.contentType == "application/json" {
 				wantCode(t, r, test.httpCode)
-				st = connectErrorBody(t, r.Body)
+				st = resttest.ConnectStatus(t, r.Body)
 				if st.Code() != test.code {
 					t.Fatalf("got code %v, want %v; body %s", st.Code(), test.code, r.Body)
 				}
@@ -487,31 +486,6 @@ func TestBrowserContentTypes(t *testing.T) {
 			t.Errorf("%s: got %s, want the pong", ct, got)
 		}
 	}
-}
-
-// connectErrorBody reads a Connect error's JSON body as a status.
-func connectErrorBody(t *testing.T, body []byte) *status.Status {
-	t.Helper()
-	var ce struct {
-		Code    connect.Code `json:"code"`
-		Message string       `json:"message"`
-		Details []struct {
-			Type  string `json:"type"`
-			Value string `json:"value"`
-		} `json:"details"`
-	}
-	if err := json.Unmarshal(body, &ce); err != nil {
-		t.Fatalf("Connect error %s: %v", body, err)
-	}
-	p := &spb.Status{Code: int32(ce.Code), Message: ce.Message}
-	for _, d := range ce.Details {
-		v, err := base64.RawStdEncoding.DecodeString(strings.TrimRight(d.Value, "="))
-		if err != nil {
-			t.Fatalf("detail %s: %v", d.Type, err)
-		}
-		p.Details = append(p.Details, &anypb.Any{TypeUrl: "type.googleapis.com/" + d.Type, Value: v})
-	}
-	return status.FromProto(p)
 }
 
 // TestBrowserCORS: with allowed origins, a preflight is answered without a

@@ -5,17 +5,20 @@
 package resttest
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 
+	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/anypb"
 )
 
 // Client sends requests to BaseURL with HTTP (http.DefaultClient when
@@ -147,4 +150,30 @@ func HasViolation(st *status.Status, field string) bool {
 		}
 	}
 	return false
+}
+
+// ConnectStatus reads the JSON body of a Connect error (a browser
+// protocol's, docs/browser.md#errors) as a status, its details kept.
+func ConnectStatus(t testing.TB, body []byte) *status.Status {
+	t.Helper()
+	var ce struct {
+		Code    connect.Code `json:"code"`
+		Message string       `json:"message"`
+		Details []struct {
+			Type  string `json:"type"`
+			Value string `json:"value"`
+		} `json:"details"`
+	}
+	if err := json.Unmarshal(body, &ce); err != nil {
+		t.Fatalf("Connect error %q: %v", body, err)
+	}
+	p := &spb.Status{Code: int32(ce.Code), Message: ce.Message}
+	for _, d := range ce.Details {
+		v, err := base64.RawStdEncoding.DecodeString(strings.TrimRight(d.Value, "="))
+		if err != nil {
+			t.Fatalf("detail %s: %v", d.Type, err)
+		}
+		p.Details = append(p.Details, &anypb.Any{TypeUrl: "type.googleapis.com/" + d.Type, Value: v})
+	}
+	return status.FromProto(p)
 }

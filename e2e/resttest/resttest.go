@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
@@ -174,6 +176,31 @@ func ConnectStatus(t testing.TB, body []byte) *status.Status {
 			t.Fatalf("detail %s: %v", d.Type, err)
 		}
 		p.Details = append(p.Details, &anypb.Any{TypeUrl: "type.googleapis.com/" + d.Type, Value: v})
+	}
+	return status.FromProto(p)
+}
+
+// GRPCWebStatus reads the status of a gRPC-Web answer from its headers or
+// trailers h: Grpc-Status and Grpc-Status-Details-Bin. It returns nil for
+// OK.
+func GRPCWebStatus(t testing.TB, h http.Header) *status.Status {
+	t.Helper()
+	code, err := strconv.Atoi(h.Get("Grpc-Status"))
+	if err != nil {
+		t.Fatalf("no grpc-status in %v", h)
+	}
+	if code == 0 {
+		return nil
+	}
+	p := &spb.Status{Code: int32(code)}
+	if bin := h.Get("Grpc-Status-Details-Bin"); bin != "" {
+		b, err := base64.RawStdEncoding.DecodeString(strings.TrimRight(bin, "="))
+		if err != nil {
+			t.Fatalf("grpc-status-details-bin: %v", err)
+		}
+		if err := proto.Unmarshal(b, p); err != nil {
+			t.Fatalf("grpc-status-details-bin: %v", err)
+		}
 	}
 	return status.FromProto(p)
 }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -155,7 +154,7 @@ func browserPost(t *testing.T, url, method, path, contentType string, body []byt
 // message's username.
 func grpcWebAnswer(t *testing.T, h http.Header, data []byte) (*status.Status, string) {
 	t.Helper()
-	trailers := map[string]string{"grpc-status": h.Get("Grpc-Status"), "grpc-status-details-bin": h.Get("Grpc-Status-Details-Bin")}
+	trailers := h.Clone()
 	var username string
 	for len(data) >= 5 {
 		flag, n := data[0], binary.BigEndian.Uint32(data[1:5])
@@ -164,7 +163,7 @@ func grpcWebAnswer(t *testing.T, h http.Header, data []byte) (*status.Status, st
 		if flag&0x80 != 0 {
 			for line := range strings.SplitSeq(strings.TrimSpace(string(payload)), "\r\n") {
 				k, v, _ := strings.Cut(line, ":")
-				trailers[strings.ToLower(k)] = strings.TrimSpace(v)
+				trailers.Set(k, strings.TrimSpace(v))
 			}
 			continue
 		}
@@ -174,24 +173,7 @@ func grpcWebAnswer(t *testing.T, h http.Header, data []byte) (*status.Status, st
 		}
 		username = msg.GetAccount().GetUsername()
 	}
-	code, err := strconv.Atoi(trailers["grpc-status"])
-	if err != nil {
-		t.Fatalf("no grpc-status: headers %v", h)
-	}
-	if code == 0 {
-		return nil, username
-	}
-	p := &spb.Status{Code: int32(code)}
-	if bin := trailers["grpc-status-details-bin"]; bin != "" {
-		b, err := base64.RawStdEncoding.DecodeString(strings.TrimRight(bin, "="))
-		if err != nil {
-			t.Fatalf("grpc-status-details-bin: %v", err)
-		}
-		if err := proto.Unmarshal(b, p); err != nil {
-			t.Fatalf("grpc-status-details-bin: %v", err)
-		}
-	}
-	return status.FromProto(p), username
+	return resttest.GRPCWebStatus(t, trailers), username
 }
 
 // errorInfos lists the domain/reason of every ErrorInfo of st.

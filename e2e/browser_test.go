@@ -16,7 +16,6 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/google/go-cmp/cmp"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -208,23 +207,12 @@ func wantBrowserError[Res any](t *testing.T, a browserAnswer[Res], code codes.Co
 	if a.st.Code() != code {
 		t.Fatalf("got %v %q, want code %v", a.st.Code(), a.st.Message(), code)
 	}
-	if diff := cmp.Diff([]string{reason.Domain + "/" + why}, errorInfos(a.st)); diff != "" {
+	if diff := cmp.Diff([]string{reason.Domain + "/" + why}, resttest.ErrorInfos(a.st)); diff != "" {
 		t.Errorf("ErrorInfo (-want +got):\n%s", diff)
 	}
 	if field != "" && !hasViolation(a.st, field) {
 		t.Errorf("no field violation for %q in %v", field, a.st.Details())
 	}
-}
-
-// errorInfos lists the domain/reason of every ErrorInfo of st.
-func errorInfos(st *status.Status) []string {
-	var infos []string
-	for _, d := range st.Details() {
-		if ei, ok := d.(*errdetails.ErrorInfo); ok {
-			infos = append(infos, ei.GetDomain()+"/"+ei.GetReason())
-		}
-	}
-	return infos
 }
 
 // TestBrowserProtocols makes the same calls on every browser protocol:
@@ -488,7 +476,7 @@ func TestBrowserGuards(t *testing.T) {
 			if st == nil || st.Code() != test.code {
 				t.Fatalf("got %v, want code %v; body %s", st, test.code, r.Body)
 			}
-			if diff := cmp.Diff([]string{reason.Domain + "/" + test.why}, errorInfos(st)); diff != "" {
+			if diff := cmp.Diff([]string{reason.Domain + "/" + test.why}, resttest.ErrorInfos(st)); diff != "" {
 				t.Errorf("ErrorInfo (-want +got):\n%s; body %s", diff, r.Body)
 			}
 			if r.Code == http.StatusTooManyRequests && r.Header.Get("Retry-After") != "1" {

@@ -204,3 +204,15 @@ func GRPCWebStatus(t testing.TB, h http.Header) *status.Status {
 	}
 	return status.FromProto(p)
 }
+
+// ErrorInfos lists the domain/reason of every ErrorInfo of st: an answer
+// of sheba's carries exactly one.
+func ErrorInfos(st *status.Status) []string {
+	var infos []string
+	for _, d := range st.Details() {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok {
+			infos = append(infos, ei.GetDomain()+"/"+ei.GetReason())
+		}
+	}
+	return infos
+}

@@ -12,7 +12,6 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -176,17 +175,6 @@ func grpcWebAnswer(t *testing.T, h http.Header, data []byte) (*status.Status, st
 	return resttest.GRPCWebStatus(t, trailers), username
 }
 
-// errorInfos lists the domain/reason of every ErrorInfo of st.
-func errorInfos(st *status.Status) []string {
-	var infos []string
-	for _, d := range st.Details() {
-		if ei, ok := d.(*errdetails.ErrorInfo); ok {
-			infos = append(infos, ei.GetDomain()+"/"+ei.GetReason())
-		}
-	}
-	return infos
-}
-
 // grpcWebFrame is msg in a gRPC-Web frame of flag.
 func grpcWebFrame(flag byte, msg []byte) []byte {
 	return append(binary.BigEndian.AppendUint32([]byte{flag}, uint32(len(msg))), msg...)
@@ -279,7 +267,7 @@ func TestBrowserGuardsUnit(t *testing.T) {
 			if r.st.Code() != test.code {
 				t.Errorf("got %v %q, want %v", r.st.Code(), r.st.Message(), test.code)
 			}
-			if diff := cmp.Diff([]string{reason.Domain + "/" + test.why}, errorInfos(r.st)); diff != "" {
+			if diff := cmp.Diff([]string{reason.Domain + "/" + test.why}, resttest.ErrorInfos(r.st)); diff != "" {
 				t.Errorf("ErrorInfo (-want +got):\n%s", diff)
 			}
 			if test.code == codes.ResourceExhausted && r.header.Get("Retry-After") != "1" {
@@ -361,7 +349,7 @@ func TestBrowserLimit(t *testing.T) {
 				if r.st == nil || r.st.Code() != codes.ResourceExhausted {
 					t.Fatalf("one byte over: HTTP %d, %v", r.code, r.st)
 				}
-				if diff := cmp.Diff([]string{reason.Domain + "/" + reason.BodyTooLarge}, errorInfos(r.st)); diff != "" {
+				if diff := cmp.Diff([]string{reason.Domain + "/" + reason.BodyTooLarge}, resttest.ErrorInfos(r.st)); diff != "" {
 					t.Errorf("ErrorInfo (-want +got):\n%s", diff)
 				}
 			})

@@ -47,7 +47,7 @@ var corsExposedHeaders = []string{
 const corsMaxAge = 7200
 
 // withCORS returns h granting CORS to origins ("*": all) on the API's paths
-// (apiPath); with none, h as it is.
+// (corsPath); with none, h as it is.
 func withCORS(h http.Handler, origins []string) http.Handler {
 	if len(origins) == 0 {
 		return h
@@ -60,7 +60,7 @@ func withCORS(h http.Handler, origins []string) http.Handler {
 		MaxAge:         corsMaxAge,
 	}).Handler(h)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if apiPath(r.URL.Path) {
+		if corsPath(r.URL.Path) {
 			granted.ServeHTTP(w, r)
 			return
 		}
@@ -68,11 +68,11 @@ func withCORS(h http.Handler, origins []string) http.Handler {
 	})
 }
 
-// apiPath reports whether path is one of the API's: a REST route's
+// corsPath reports whether path is one of the API's: a REST route's
 // (/v1/…) or a browser call's (/sheba.v1.…). The others that reach the
 // handler (an OPTIONS of /openapi.json or of an operator endpoint, which
 // the operator mux serves only to GET) get no grant, as those endpoints
 // get none.
-func apiPath(path string) bool {
+func corsPath(path string) bool {
 	return strings.HasPrefix(path, "/v1/") || strings.HasPrefix(path, browserPrefix)
 }

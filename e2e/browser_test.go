@@ -6,7 +6,6 @@ import (
 	"compress/gzip"
 	"encoding/base64"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -17,7 +16,6 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/google/go-cmp/cmp"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -173,24 +171,7 @@ func grpcWebTextCall(t *testing.T, url string, h http.Header, req, resp proto.Me
 			t.Fatalf("message: %v", err)
 		}
 	}
-	code, err := strconv.Atoi(trailers.Get("Grpc-Status"))
-	if err != nil {
-		t.Fatalf("no grpc-status in %v", trailers)
-	}
-	if code == 0 {
-		return nil, trailers
-	}
-	p := &spb.Status{Code: int32(code)}
-	if bin := trailers.Get("Grpc-Status-Details-Bin"); bin != "" {
-		b, err := base64.RawStdEncoding.DecodeString(strings.TrimRight(bin, "="))
-		if err != nil {
-			t.Fatalf("grpc-status-details-bin: %v", err)
-		}
-		if err := proto.Unmarshal(b, p); err != nil {
-			t.Fatalf("grpc-status-details-bin: %v", err)
-		}
-	}
-	return status.FromProto(p), trailers
+	return resttest.GRPCWebStatus(t, trailers), trailers
 }
 
 // decodeBase64Chunks decodes gRPC-Web text, which may be several base64
@@ -226,13 +207,7 @@ func wantBrowserError[Res any](t *testing.T, a browserAnswer[Res], code codes.Co
 	if a.st.Code() != code {
 		t.Fatalf("got %v %q, want code %v", a.st.Code(), a.st.Message(), code)
 	}
-	var infos []string
-	for _, d := range a.st.Details() {
-		if ei, ok := d.(*errdetails.ErrorInfo); ok {
-			infos = append(infos, ei.GetDomain()+"/"+ei.GetReason())
-		}
-	}
-	if diff := cmp.Diff([]string{reason.Domain + "/" + why}, infos); diff != "" {
+	if diff := cmp.Diff([]string{reason.Domain + "/" + why}, resttest.ErrorInfos(a.st)); diff != "" {
 		t.Errorf("ErrorInfo (-want +got):\n%s", diff)
 	}
 	if field != "" && !hasViolation(a.st, field) {
@@ -389,9 +364,10 @@ func TestBrowserHook(t *testing.T) {
 }
 
 // TestBrowserGuards: what the HTTP side answers before the chain, in the
-// protocol's format: a body over http.max_body_bytes, a gzip body that
-// grows past it, JSON that does not decode, a method the API has not, and
-// another HTTP method or content type.
+// protocol's format and with exactly one ErrorInfo: a body over
+// http.max_body_bytes, a gzip body that grows past it, a body that does not
+// decode (JSON, protobuf, a gRPC-Web frame, base64), and, in REST's format,
+// a path the API has not, another HTTP method or content type.
 func TestBrowserGuards(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t, func(c *config.Config) { c.HTTP.MaxBodyBytes = 1024 })
@@ -404,19 +380,25 @@ func TestBrowserGuards(t *testing.T) {
 			if got := tooLarge.header.Get("Retry-After"); got != "1" {
 				t.Errorf("Retry-After: got %q, want 1 (every RESOURCE_EXHAUSTED says when to retry)", got)
 			}
-			wantBrowserError(t, browserCall[shebav1.PingRequest, shebav1.PingResponse](t, e, p, "/sheba.v1.PingService/Nope",
-				&shebav1.PingRequest{}, testKey), codes.Unimplemented, reason.ForCode(codes.Unimplemented), "")
 		})
 	}
-	// post sends body with encoding as its Content-Encoding, or, for
-	// "chunked", with no length.
-	post := func(t *testing.T, method, contentType, encoding string, body []byte) restResponse {
+	// A client of the protocols reads the 404 of an unknown method as
+	// unimplemented.
+	for _, p := range []string{"connect-proto", "grpc-web"} {
+		a := browserCall[shebav1.PingRequest, shebav1.PingResponse](t, e, p, "/sheba.v1.PingService/Nope", &shebav1.PingRequest{}, testKey)
+		if a.st == nil || a.st.Code() != codes.Unimplemented {
+			t.Errorf("%s: an unknown method: got %v, want unimplemented", p, a.st)
+		}
+	}
+	// post sends body to path with encoding as its Content-Encoding (or,
+	// for gRPC-Web, Grpc-Encoding), or, for "chunked", with no length.
+	post := func(t *testing.T, method, path, contentType, encoding string, body []byte) restResponse {
 		t.Helper()
 		var r io.Reader = bytes.NewReader(body)
 		if encoding == "chunked" {
 			r = io.MultiReader(r) // not a type whose length net/http knows
 		}
-		req, err := http.NewRequestWithContext(t.Context(), method, e.baseURL+create, r)
+		req, err := http.NewRequestWithContext(t.Context(), method, e.baseURL+path, r)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -425,6 +407,7 @@ func TestBrowserGuards(t *testing.T) {
 		req.Header.Set("Connect-Protocol-Version", "1")
 		if encoding != "" && encoding != "chunked" {
 			req.Header.Set("Content-Encoding", encoding)
+			req.Header.Set("Grpc-Encoding", encoding)
 		}
 		return resttest.Client{}.Send(t, req)
 	}
@@ -436,37 +419,65 @@ func TestBrowserGuards(t *testing.T) {
 	if bomb.Len() > 1024 {
 		t.Fatalf("the bomb is %d bytes compressed", bomb.Len())
 	}
+	frame := func(flag byte, msg []byte) []byte {
+		return append(binary.BigEndian.AppendUint32([]byte{flag}, uint32(len(msg))), msg...)
+	}
+	ping, err := proto.Marshal(&shebav1.CreateAccountRequest{Username: "someone"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const (
+		jsonType, protoType = "application/json", "application/proto"
+		web, text           = "application/grpc-web", "application/grpc-web-text"
+		unknown             = "/sheba.v1.AccountService/Nope"
+	)
 	for _, test := range []struct {
-		name                        string
-		method, contentType, encode string
-		body                        []byte
-		httpCode                    int
-		code                        codes.Code
-		why                         string
+		name                string
+		method, path        string
+		contentType, encode string
+		body                []byte
+		httpCode            int
+		code                codes.Code
+		why                 string
 	}{
-		{"gzip past the limit", http.MethodPost, "application/json", "gzip", bomb.Bytes(), http.StatusTooManyRequests, codes.ResourceExhausted, reason.BodyTooLarge},
-		{"JSON garbage", http.MethodPost, "application/json", "", []byte(`{"username": x`), http.StatusBadRequest, codes.InvalidArgument, reason.MalformedBody},
-		{"unknown field", http.MethodPost, "application/json", "", []byte(`{"extra":1}`), http.StatusBadRequest, codes.InvalidArgument, reason.MalformedBody},
-		{"chunked past the limit", http.MethodPost, "application/json", "chunked", []byte(`{"username":"` + strings.Repeat("u", 2000) + `"}`), http.StatusTooManyRequests, codes.ResourceExhausted, reason.BodyTooLarge},
-		{"not gzip", http.MethodPost, "application/json", "gzip", []byte(`{}`), http.StatusBadRequest, codes.InvalidArgument, reason.MalformedBody},
-		{"GET", http.MethodGet, "application/json", "", nil, http.StatusMethodNotAllowed, codes.Unimplemented, reason.MethodNotAllowed},
-		{"gRPC", http.MethodPost, "application/grpc", "", []byte("x"), http.StatusUnsupportedMediaType, codes.InvalidArgument, reason.UnsupportedMediaType},
+		{"gzip past the limit", http.MethodPost, create, jsonType, "gzip", bomb.Bytes(), http.StatusTooManyRequests, codes.ResourceExhausted, reason.BodyTooLarge},
+		{"JSON garbage", http.MethodPost, create, jsonType, "", []byte(`{"username": x`), http.StatusBadRequest, codes.InvalidArgument, reason.MalformedBody},
+		{"unknown field", http.MethodPost, create, jsonType, "", []byte(`{"extra":1}`), http.StatusBadRequest, codes.InvalidArgument, reason.MalformedBody},
+		{"chunked past the limit", http.MethodPost, create, jsonType, "chunked", []byte(`{"username":"` + strings.Repeat("u", 2000) + `"}`), http.StatusTooManyRequests, codes.ResourceExhausted, reason.BodyTooLarge},
+		{"not gzip", http.MethodPost, create, jsonType, "gzip", []byte(`{}`), http.StatusBadRequest, codes.InvalidArgument, reason.MalformedBody},
+		{"proto garbage", http.MethodPost, create, protoType, "", []byte("\xff\xff\xff"), http.StatusBadRequest, codes.InvalidArgument, reason.MalformedBody},
+		{"truncated frame", http.MethodPost, create, web, "", []byte("\x00\x00\x00\x00\x0a\x01"), http.StatusOK, codes.InvalidArgument, reason.MalformedBody},
+		{"bad flag", http.MethodPost, create, web, "", frame(2, ping), http.StatusOK, codes.InvalidArgument, reason.MalformedBody},
+		{"length mismatch", http.MethodPost, create, web, "", append(frame(0, ping), 0), http.StatusOK, codes.InvalidArgument, reason.MalformedBody},
+		{"compressed without Grpc-Encoding", http.MethodPost, create, web, "", frame(1, ping), http.StatusOK, codes.InvalidArgument, reason.MalformedBody},
+		{"frame of garbage", http.MethodPost, create, web, "", frame(0, []byte("\xff\xff\xff")), http.StatusOK, codes.InvalidArgument, reason.MalformedBody},
+		{"not base64", http.MethodPost, create, text, "", []byte("!!!!"), http.StatusOK, codes.InvalidArgument, reason.MalformedBody},
+		{"unknown method, Connect", http.MethodPost, unknown, jsonType, "", []byte(`{}`), http.StatusNotFound, codes.NotFound, reason.RouteNotFound},
+		{"unknown method, gRPC-Web", http.MethodPost, unknown, web, "", frame(0, nil), http.StatusNotFound, codes.NotFound, reason.RouteNotFound},
+		{"unknown method, GET", http.MethodGet, unknown, jsonType, "", nil, http.StatusNotFound, codes.NotFound, reason.RouteNotFound},
+		{"unknown method, another type", http.MethodPost, unknown, "text/plain", "", []byte("x"), http.StatusNotFound, codes.NotFound, reason.RouteNotFound},
+		{"GET", http.MethodGet, create, jsonType, "", nil, http.StatusMethodNotAllowed, codes.Unimplemented, reason.MethodNotAllowed},
+		{"gRPC", http.MethodPost, create, "application/grpc", "", []byte("x"), http.StatusUnsupportedMediaType, codes.InvalidArgument, reason.UnsupportedMediaType},
 	} {
 		t.Run(test.name, func(t *testing.T) {
-			r := post(t, test.method, test.contentType, test.encode, test.body)
+			r := post(t, test.method, test.path, test.contentType, test.encode, test.body)
+			wantCode(t, r, test.httpCode)
 			var st *status.Status
-			if test.method == http.MethodPost && test.contentType == "application/json" {
-				wantCode(t, r, test.httpCode)
-				st = connectErrorBody(t, r.Body)
-				if st.Code() != test.code {
-					t.Fatalf("got code %v, want %v; body %s", st.Code(), test.code, r.Body)
-				}
-			} else {
+			switch ct := r.Header.Get("Content-Type"); {
+			case strings.HasPrefix(ct, "application/grpc-web"):
+				// Trailers-only: the status is in the headers.
+				st = resttest.GRPCWebStatus(t, r.Header)
+			case bytes.HasPrefix(r.Body, []byte(`{"code":"`)):
+				st = resttest.ConnectStatus(t, r.Body)
+			default:
 				// Not a browser protocol's request: REST's error body.
 				st = status.FromProto(wantRESTError(t, r, test.httpCode, test.code, ""))
 			}
-			if got := reason.Of(st); got != test.why {
-				t.Errorf("reason: got %q, want %q; body %s", got, test.why, r.Body)
+			if st == nil || st.Code() != test.code {
+				t.Fatalf("got %v, want code %v; body %s", st, test.code, r.Body)
+			}
+			if diff := cmp.Diff([]string{reason.Domain + "/" + test.why}, resttest.ErrorInfos(st)); diff != "" {
+				t.Errorf("ErrorInfo (-want +got):\n%s; body %s", diff, r.Body)
 			}
 			if r.Code == http.StatusTooManyRequests && r.Header.Get("Retry-After") != "1" {
 				t.Errorf("a 429 without Retry-After: 1: %v", r.Header)
@@ -487,31 +498,6 @@ func TestBrowserContentTypes(t *testing.T) {
 			t.Errorf("%s: got %s, want the pong", ct, got)
 		}
 	}
-}
-
-// connectErrorBody reads a Connect error's JSON body as a status.
-func connectErrorBody(t *testing.T, body []byte) *status.Status {
-	t.Helper()
-	var ce struct {
-		Code    connect.Code `json:"code"`
-		Message string       `json:"message"`
-		Details []struct {
-			Type  string `json:"type"`
-			Value string `json:"value"`
-		} `json:"details"`
-	}
-	if err := json.Unmarshal(body, &ce); err != nil {
-		t.Fatalf("Connect error %s: %v", body, err)
-	}
-	p := &spb.Status{Code: int32(ce.Code), Message: ce.Message}
-	for _, d := range ce.Details {
-		v, err := base64.RawStdEncoding.DecodeString(strings.TrimRight(d.Value, "="))
-		if err != nil {
-			t.Fatalf("detail %s: %v", d.Type, err)
-		}
-		p.Details = append(p.Details, &anypb.Any{TypeUrl: "type.googleapis.com/" + d.Type, Value: v})
-	}
-	return status.FromProto(p)
 }
 
 // TestBrowserCORS: with allowed origins, a preflight is answered without a
@@ -579,6 +565,26 @@ func TestBrowserCORS(t *testing.T) {
 		r := connectPost(t, on, refused)
 		wantCode(t, r, http.StatusNotFound)
 		wantNoGrant(t, r)
+	})
+	t.Run("not the API", func(t *testing.T) {
+		// The OpenAPI document and the operator endpoints are not
+		// granted CORS (docs/browser.md#cors), a preflight for them
+		// neither.
+		for _, path := range []string{"/openapi.json", "/livez"} {
+			wantNoGrant(t, preflight(t, on, allowed, path))
+			r := on.do(t, http.MethodGet, path, "", "Origin", allowed)
+			wantNoGrant(t, r)
+		}
+	})
+	t.Run("preflights not counted", func(t *testing.T) {
+		// The calls above, and none of the preflights.
+		want := map[string]float64{
+			"method=/sheba.v1.AccountService/GetAccount,code=NotFound": 2,
+			"method=/sheba.v1.PingService/Ping,code=OK":                1,
+		}
+		if diff := cmp.Diff(want, series(on.scrape(t), "sheba_requests_total", "method", "code")); diff != "" {
+			t.Errorf("sheba_requests_total (-want +got):\n%s", diff)
+		}
 	})
 	t.Run("default", func(t *testing.T) {
 		for _, r := range []restResponse{preflight(t, off, allowed, "/sheba.v1.AccountService/GetAccount"), connectPost(t, off, allowed),

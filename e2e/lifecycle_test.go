@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"

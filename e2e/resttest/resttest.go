@@ -5,17 +5,22 @@
 package resttest
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
+	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 )
 
 // Client sends requests to BaseURL with HTTP (http.DefaultClient when
@@ -147,4 +152,67 @@ func HasViolation(st *status.Status, field string) bool {
 		}
 	}
 	return false
+}
+
+// ConnectStatus reads the JSON body of a Connect error (a browser
+// protocol's, docs/browser.md#errors) as a status, its details kept.
+func ConnectStatus(t testing.TB, body []byte) *status.Status {
+	t.Helper()
+	var ce struct {
+		Code    connect.Code `json:"code"`
+		Message string       `json:"message"`
+		Details []struct {
+			Type  string `json:"type"`
+			Value string `json:"value"`
+		} `json:"details"`
+	}
+	if err := json.Unmarshal(body, &ce); err != nil {
+		t.Fatalf("Connect error %q: %v", body, err)
+	}
+	p := &spb.Status{Code: int32(ce.Code), Message: ce.Message}
+	for _, d := range ce.Details {
+		v, err := base64.RawStdEncoding.DecodeString(strings.TrimRight(d.Value, "="))
+		if err != nil {
+			t.Fatalf("detail %s: %v", d.Type, err)
+		}
+		p.Details = append(p.Details, &anypb.Any{TypeUrl: "type.googleapis.com/" + d.Type, Value: v})
+	}
+	return status.FromProto(p)
+}
+
+// GRPCWebStatus reads the status of a gRPC-Web answer from its headers or
+// trailers h: Grpc-Status and Grpc-Status-Details-Bin. It returns nil for
+// OK.
+func GRPCWebStatus(t testing.TB, h http.Header) *status.Status {
+	t.Helper()
+	code, err := strconv.Atoi(h.Get("Grpc-Status"))
+	if err != nil {
+		t.Fatalf("no grpc-status in %v", h)
+	}
+	if code == 0 {
+		return nil
+	}
+	p := &spb.Status{Code: int32(code)}
+	if bin := h.Get("Grpc-Status-Details-Bin"); bin != "" {
+		b, err := base64.RawStdEncoding.DecodeString(strings.TrimRight(bin, "="))
+		if err != nil {
+			t.Fatalf("grpc-status-details-bin: %v", err)
+		}
+		if err := proto.Unmarshal(b, p); err != nil {
+			t.Fatalf("grpc-status-details-bin: %v", err)
+		}
+	}
+	return status.FromProto(p)
+}
+
+// ErrorInfos lists the domain/reason of every ErrorInfo of st: an answer
+// of sheba's carries exactly one.
+func ErrorInfos(st *status.Status) []string {
+	var infos []string
+	for _, d := range st.Details() {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok {
+			infos = append(infos, ei.GetDomain()+"/"+ei.GetReason())
+		}
+	}
+	return infos
 }

@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +22,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/shebasvc/sheba/interceptors/reason"
 	"github.com/shebasvc/sheba/interceptors/retryafter"
@@ -35,24 +38,31 @@ import (
 // format with their ErrorInfo. In front of vanguard, the guards of the REST
 // side that the chain cannot give, answered in the protocol's format:
 //
-//   - 405 with Allow: POST for another method, 415 for a type other than
-//     those above (in the REST error format: such a request speaks no
-//     browser protocol), unimplemented for a method the API has not;
+//   - in the REST error format, as such a request speaks no browser
+//     protocol: 404 for a path the API has not, 405 with Allow: POST for
+//     another method, 415 for a type other than those above;
 //   - the key before the body: a call that needs a key and brings no valid
 //     one goes on with an empty request message instead of its body,
 //     which is never read, and the chain refuses it (401), as on REST;
-//   - resource_exhausted BODY_TOO_LARGE for a body declared over
-//     http.max_body_bytes, or sent without a length and longer (read here,
-//     in its slot), or decompressed past it (boundedGzip); vanguard bounds
-//     its buffers to the same size, and the grpc.Server the message;
-//   - the body slots REST uses (bodyslots.go), the same ones: at most
-//     http.max_concurrent_bodies bodies are read at once over both;
+//   - a keyed call's body is read into memory in its body slot (the slots
+//     REST uses, bodyslots.go: at most http.max_concurrent_bodies bodies
+//     are read at once over both), and decoded there (body): gRPC-Web
+//     text's base64, its frame, the gzip of either protocol, and the
+//     protobuf message, so that what does not decode is the client's
+//     INVALID_ARGUMENT MALFORMED_BODY, as on REST (grpc-go would decode it
+//     before the chain and answer INTERNAL), and vanguard gets a body it
+//     accepts as it is;
+//   - resource_exhausted BODY_TOO_LARGE for a message over
+//     http.max_body_bytes, as declared, as read, or decompressed;
+//   - the protocol headers vanguard would refuse without an ErrorInfo: a
+//     timeout that does not parse (INVALID_ARGUMENT), an encoding other
+//     than gzip (UNSUPPORTED_CONTENT_ENCODING);
 //   - Retry-After on every RESOURCE_EXHAUSTED answer (retryWriter).
 //
 // Connect JSON has the shape of the REST JSON (lowerCamelCase, defaults
-// shown, unknown fields refused). Request compression is gzip, which
-// vanguard undoes before the server; REST's compression handler is not on
-// this path, as both protocols compress by their own rules.
+// shown, unknown fields refused). Request compression is gzip, undone here;
+// REST's compression handler is not on this path, as both protocols
+// compress by their own rules.
 
 // browserPrefix starts the path of every browser-protocol call: the sheba.v1
 // services' full names.
@@ -71,18 +81,21 @@ type browserProtocol struct {
 	// frame is what a body holds beside its message: gRPC-Web's 5-byte
 	// frame header.
 	frame int64
+	// json: the message is JSON, which vanguard's codec decodes
+	// (jsonCodec); else protobuf, which body decodes.
+	json bool
 	// text: gRPC-Web's base64 form, which neither vanguard nor connect-go's
 	// error writer speak: its body is decoded to binary gRPC-Web for
-	// vanguard, and the answer encoded (textWriter).
+	// vanguard (body), and the answer encoded (textWriter).
 	text bool
 }
 
 var (
 	connectProto = &browserProtocol{name: ProtocolConnect, contentType: "application/proto"}
-	connectJSON  = &browserProtocol{name: ProtocolConnect, contentType: "application/json", empty: "{}"}
+	connectJSON  = &browserProtocol{name: ProtocolConnect, contentType: "application/json", empty: "{}", json: true}
 	grpcWeb      = &browserProtocol{name: ProtocolGRPCWeb, contentType: grpcWebType, empty: "\x00\x00\x00\x00\x00", frame: 5}
 	// Its body becomes binary gRPC-Web's.
-	grpcWebText = &browserProtocol{name: ProtocolGRPCWeb, contentType: grpcWebType, empty: "AAAAAAA=", frame: 5, text: true}
+	grpcWebText = &browserProtocol{name: ProtocolGRPCWeb, contentType: grpcWebType, empty: "\x00\x00\x00\x00\x00", frame: 5, text: true}
 )
 
 // The types of binary and text gRPC-Web.
@@ -132,8 +145,9 @@ type browser struct {
 	authn      Authenticator
 	slots      *bodySlots
 	maxBody    int64
-	// methods are the full method names the API has.
-	methods map[string]bool
+	// methods are the full method names the API has, each with the type
+	// of its request message.
+	methods map[string]protoreflect.MessageType
 	errors  *connect.ErrorWriter
 	// gw writes the errors of requests that speak no browser protocol, as
 	// REST does.
@@ -144,25 +158,28 @@ type browser struct {
 // of descs, served by srv (a grpc.Server's ServeHTTP).
 func newBrowser(srv http.Handler, descs []*grpc.ServiceDesc, o Options, slots *bodySlots, gw *runtime.ServeMux) (*browser, error) {
 	// vanguard keeps up to this much of a message in memory, in either
-	// direction; every message fits in a uint32.
-	maxBuffer := uint32(min(o.MaxBodyBytes, 1<<32-1))
-	// What boundedGzip answers, complete with its retry hint (retryWriter
-	// adds the header).
-	tooLarge := connectError(reason.CompleteError(bodyTooLarge(int64(maxBuffer)), "", time.Second).GRPCStatus())
+	// direction: a request's is bounded before (body), so this bounds the
+	// answers, which may be larger than a request (a page of a list). It
+	// is as much as a gRPC client takes by default, or the body limit if
+	// more; every message fits in a uint32.
+	maxBuffer := uint32(min(max(o.MaxBodyBytes, maxAnswerBytes), 1<<32-1))
 	services := make([]*vanguard.Service, len(descs))
-	methods := map[string]bool{}
+	methods := map[string]protoreflect.MessageType{}
 	for i, d := range descs {
 		services[i] = vanguard.NewService(d.ServiceName, srv)
 		for _, m := range d.Methods {
-			methods["/"+d.ServiceName+"/"+m.MethodName] = true
+			in, err := inputType(d.ServiceName, m.MethodName)
+			if err != nil {
+				return nil, fmt.Errorf("gateway: browser protocols: %w", err)
+			}
+			methods["/"+d.ServiceName+"/"+m.MethodName] = in
 		}
 	}
 	t, err := vanguard.NewTranscoder(services,
 		vanguard.WithDefaultServiceOptions(
 			vanguard.WithTargetProtocols(vanguard.ProtocolGRPC),
 			vanguard.WithTargetCodecs(vanguard.CodecProto),
-			// vanguard undoes the request's gzip itself, within the
-			// bound below, and the server gets the message as it is.
+			// The server gets the message as it is.
 			vanguard.WithNoTargetCompression(),
 			vanguard.WithMaxMessageBufferBytes(maxBuffer),
 		),
@@ -173,9 +190,12 @@ func newBrowser(srv http.Handler, descs []*grpc.ServiceDesc, o Options, slots *b
 				UnmarshalOptions: protojson.UnmarshalOptions{Resolver: res},
 			}}
 		}),
+		// gzip for the answers of clients that accept it. The requests'
+		// gzip is undone before vanguard (body), so vanguard's
+		// decompressor is the bounded one only so that none is unbounded.
 		vanguard.WithCompression(vanguard.CompressionGzip,
 			func() connect.Compressor { return gzip.NewWriter(io.Discard) },
-			func() connect.Decompressor { return &boundedGzip{limit: int64(maxBuffer), tooLarge: tooLarge} }),
+			func() connect.Decompressor { return &vanguardGzip{boundedGzip: boundedGzip{limit: o.MaxBodyBytes}} }),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: browser protocols: %w", err)
@@ -186,19 +206,51 @@ func newBrowser(srv http.Handler, descs []*grpc.ServiceDesc, o Options, slots *b
 	}, nil
 }
 
+// maxAnswerBytes is the least that vanguard buffers of a message: 4 MiB,
+// grpc-go's default bound on the messages a client receives.
+const maxAnswerBytes = 4 << 20
+
+// inputType returns the type of the request message of a method, from the
+// registry the generated code fills.
+func inputType(service, method string) (protoreflect.MessageType, error) {
+	d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(service))
+	if err != nil {
+		return nil, err
+	}
+	sd, ok := d.(protoreflect.ServiceDescriptor)
+	if !ok {
+		return nil, fmt.Errorf("%s is not a service", service)
+	}
+	md := sd.Methods().ByName(protoreflect.Name(method))
+	if md == nil {
+		return nil, fmt.Errorf("%s has no method %s", service, method)
+	}
+	return protoregistry.GlobalTypes.FindMessageByName(md.Input().FullName())
+}
+
 func (b *browser) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost {
+	ct := r.Header.Get("Content-Type")
+	p := protocolOf(ct)
+	in, known := b.methods[r.URL.Path]
+	if p == nil {
+		// So that the REST error is JSON, whatever the type.
+		r.Header.Del("Content-Type")
+	}
+	switch {
+	case !known:
+		// A path the API has not, answered as REST answers one
+		// (CONTRACT: an unknown path is 404); the clients of both
+		// protocols read a 404 as unimplemented.
+		writeError(b.gw, w, r, errRouteNotFound)
+		return
+	case r.Method != http.MethodPost:
 		w.Header().Set("Allow", http.MethodPost)
 		writeError(b.gw, w, r, &runtime.HTTPStatusError{
 			HTTPStatus: http.StatusMethodNotAllowed,
 			Err:        reason.Error(codes.Unimplemented, reason.MethodNotAllowed, "method not allowed: send POST"),
 		})
 		return
-	}
-	ct := r.Header.Get("Content-Type")
-	p := protocolOf(ct)
-	if p == nil {
-		r.Header.Del("Content-Type")
+	case p == nil:
 		writeError(b.gw, w, r, &runtime.HTTPStatusError{
 			HTTPStatus: http.StatusUnsupportedMediaType,
 			Err: reason.Error(codes.InvalidArgument, reason.UnsupportedMediaType, fmt.Sprintf(
@@ -207,48 +259,40 @@ func (b *browser) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		})
 		return
 	}
-	if !b.methods[r.URL.Path] {
-		b.writeError(w, r, p, status.Error(codes.Unimplemented, "unknown method "+reason.Quote(r.URL.Path)), 0)
+	// From here on, vanguard and the error writer read the protocol's
+	// own type.
+	if ct != p.contentType || len(r.Header["Content-Type"]) != 1 {
+		r.Header.Set("Content-Type", p.contentType)
+	}
+	if err := badTimeout(r.Header, p); err != nil {
+		b.writeError(w, r, p, err)
 		return
 	}
-	if p.name == ProtocolConnect && len(r.Header["Connect-Protocol-Version"]) == 0 {
+	if v := r.Header["Connect-Protocol-Version"]; p.name == ProtocolConnect && (len(v) != 1 || v[0] != "1") {
 		// vanguard takes a request without it for REST, which has no
 		// routes here; Connect's own servers do not require it (curl
-		// users seldom send it).
+		// users seldom send it), and version 1 is the only one.
 		r.Header.Set("Connect-Protocol-Version", "1")
 	}
 	r = r.WithContext(context.WithValue(r.Context(), browserKey{}, p))
 	if !b.keyed(r) {
 		// In memory already: it takes no body slot.
 		r.Body, r.ContentLength = io.NopCloser(strings.NewReader(p.empty)), int64(len(p.empty))
-		r.Header.Del("Content-Encoding")
-		r.Header.Del("Content-Length")
 	} else {
-		if b.declaredOverLimit(r, p) {
-			b.writeError(w, r, p, bodyTooLarge(b.maxBody), time.Second)
+		body, err := b.body(r, p, in)
+		if err != nil {
+			b.writeError(w, r, p, err)
 			return
 		}
-		var release func()
-		var busy bool
-		if r, release, busy = b.slots.take(r); busy {
-			b.writeError(w, r, p, errNoBodySlot, time.Second)
-			return
-		}
-		defer release()
-		if r.ContentLength < 0 && !b.readUnsized(w, r, p) {
-			return
-		}
+		mb := &memBody{}
+		mb.Reset(body)
+		r.Body, r.ContentLength = mb, int64(len(body))
 	}
-	if ct != p.contentType {
-		r.Header.Set("Content-Type", p.contentType)
-	}
+	// The body is binary and uncompressed now.
+	r.Header.Del("Content-Encoding")
+	r.Header.Del("Grpc-Encoding")
+	r.Header.Del("Content-Length")
 	if p.text {
-		r.Body = struct {
-			io.Reader
-			io.Closer
-		}{base64.NewDecoder(base64.StdEncoding, r.Body), r.Body}
-		r.ContentLength = -1
-		r.Header.Del("Content-Length")
 		tw := &textWriter{ResponseWriter: w}
 		defer tw.close()
 		w = tw
@@ -283,36 +327,147 @@ func (w retryWriter) Flush() {
 // resourceExhausted is RESOURCE_EXHAUSTED in a grpc-status header.
 var resourceExhausted = strconv.Itoa(int(codes.ResourceExhausted))
 
-// readUnsized reads the body of a request that declares no length (chunked)
-// into memory, in its body slot, and reports whether it fits the limit;
-// when it does not, or cannot be read, it answers. vanguard would bound it
-// too, but with an error of its own, without sheba's ErrorInfo.
-func (b *browser) readUnsized(w http.ResponseWriter, r *http.Request, p *browserProtocol) bool {
+// body reads the body of a keyed call of protocol p in its body slot, and
+// returns it as vanguard is to get it: binary gRPC-Web or the Connect
+// message, uncompressed, its frame checked and its protobuf message one of
+// type in (vanguard's JSON codec decodes JSON: jsonCodec); or the error to
+// answer. The body of a gRPC-Web text call is one base64 string, padded at
+// its end only, as a unary call's is (several padded strings one after the
+// other, as a streaming client may send, are not); line breaks in it are
+// skipped.
+func (b *browser) body(r *http.Request, p *browserProtocol, in protoreflect.MessageType) ([]byte, error) {
+	// The most a body may hold uncompressed, and as sent.
 	limit := b.maxBody + p.frame
+	sent := limit
 	if p.text {
-		limit = int64(base64.StdEncoding.EncodedLen(int(limit)))
+		sent = textLen(limit)
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if r.ContentLength > sent {
+		return nil, bodyTooLarge(b.maxBody)
+	}
+	r, release, busy := b.slots.take(r)
+	if busy {
+		return nil, errNoBodySlot
+	}
+	defer release()
+	var body []byte
+	var err error
 	switch {
-	case int64(len(body)) > limit:
-		b.writeError(w, r, p, bodyTooLarge(b.maxBody), time.Second)
-		return false
-	case err != nil:
-		b.writeError(w, r, p, reason.Error(codes.InvalidArgument, reason.MalformedBody, "the request body could not be read"), 0)
-		return false
+	case r.ContentLength > 0:
+		// Of the length declared, which net/http holds the body to.
+		body = make([]byte, r.ContentLength)
+		_, err = io.ReadFull(r.Body, body)
+	case r.ContentLength < 0:
+		body, err = io.ReadAll(io.LimitReader(r.Body, sent+1))
 	}
-	r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
-	return true
+	switch {
+	case int64(len(body)) > sent:
+		return nil, bodyTooLarge(b.maxBody)
+	case err != nil:
+		return nil, malformed("the request body could not be read")
+	}
+	if p.text {
+		bin := make([]byte, base64.StdEncoding.DecodedLen(len(body)))
+		n, err := base64.StdEncoding.Decode(bin, body)
+		if err != nil {
+			return nil, malformed(fmt.Sprintf("the request body is not one base64 string (%v)", err))
+		}
+		if body = bin[:n]; int64(len(body)) > limit {
+			return nil, bodyTooLarge(b.maxBody)
+		}
+	}
+	msg, compressed, enc := body, false, r.Header.Get("Content-Encoding")
+	if p.frame > 0 {
+		if len(body) < 5 {
+			return nil, malformed("the request body is not a gRPC-Web frame: 5 bytes of header, then the message")
+		}
+		flag, n := body[0], binary.BigEndian.Uint32(body[1:5])
+		switch {
+		case flag > 1:
+			return nil, malformed(fmt.Sprintf("the request's gRPC-Web frame has flag %#02x: a message's is 0, or 1 when compressed", flag))
+		case int64(n) != int64(len(body)-5):
+			return nil, malformed(fmt.Sprintf("the request's gRPC-Web frame says %d bytes and holds %d: a unary call's body is one frame", n, len(body)-5))
+		}
+		msg, compressed, enc = body[5:], flag == 1, r.Header.Get("Grpc-Encoding")
+	} else {
+		compressed = enc != "" && enc != "identity"
+	}
+	if compressed {
+		switch {
+		case strings.EqualFold(enc, "gzip"):
+			if msg, err = gunzip(msg, b.maxBody); err != nil {
+				return nil, err
+			}
+		case enc == "" || enc == "identity":
+			return nil, malformed("the request's gRPC-Web frame is compressed, and Grpc-Encoding names no compression: send Grpc-Encoding: gzip")
+		default:
+			return nil, reason.Error(codes.InvalidArgument, reason.UnsupportedContentEncoding,
+				fmt.Sprintf("unsupported encoding %s: send gzip, or no compression", reason.Quote(enc)))
+		}
+	}
+	if !p.json && len(msg) > 0 {
+		if err := proto.Unmarshal(msg, in.New().Interface()); err != nil {
+			return nil, malformed(reason.Clip(reason.ValidUTF8(fmt.Sprintf("the request body is not a %s message: %v", in.Descriptor().FullName(), err))))
+		}
+	}
+	switch {
+	case p.frame == 0:
+		return msg, nil
+	case compressed:
+		// The message in a frame of its own, uncompressed.
+		return append(binary.BigEndian.AppendUint32([]byte{0}, uint32(len(msg))), msg...), nil
+	}
+	return body, nil
 }
 
-// declaredOverLimit reports whether the Content-Length of r says that its
-// message is over the limit.
-func (b *browser) declaredOverLimit(r *http.Request, p *browserProtocol) bool {
-	n := r.ContentLength
-	if p.text {
-		n = int64(base64.StdEncoding.DecodedLen(int(n)))
+// memBody is a request body in memory: a bytes.Reader that closes, in one
+// allocation where io.NopCloser would add a second.
+type memBody struct {
+	bytes.Reader
+}
+
+func (*memBody) Close() error { return nil }
+
+// malformed is the error of a request body that does not decode.
+func malformed(msg string) error {
+	return reason.Error(codes.InvalidArgument, reason.MalformedBody, msg)
+}
+
+// textLen is the most the base64 form of n bytes may take as sent in a
+// gRPC-Web text body: the base64 itself, and room for a line break every
+// 64 characters, which the decoder skips (a client may wrap its base64 as
+// PEM and MIME do).
+func textLen(n int64) int64 {
+	e := int64(base64.StdEncoding.EncodedLen(int(n)))
+	return e + e/32 + 2
+}
+
+// badTimeout returns the error of a timeout header of p that does not
+// parse, which vanguard would answer without an ErrorInfo: Connect's
+// Connect-Timeout-Ms, whole milliseconds, and gRPC-Web's Grpc-Timeout, at
+// most 8 digits and a unit. The rules are vanguard's own.
+func badTimeout(h http.Header, p *browserProtocol) error {
+	name := "Grpc-Timeout"
+	if p.name == ProtocolConnect {
+		name = "Connect-Timeout-Ms"
 	}
-	return n-p.frame > b.maxBody
+	v := h.Get(name)
+	if v == "" {
+		return nil
+	}
+	digits := v
+	if name == "Grpc-Timeout" {
+		if len(v) < 2 || !strings.Contains("HMSmun", v[len(v)-1:]) {
+			digits = ""
+		} else {
+			digits = v[:len(v)-1]
+		}
+	}
+	n, err := strconv.ParseInt(digits, 10, 64)
+	if err == nil && n >= 0 && (name != "Grpc-Timeout" || n <= 99999999) {
+		return nil
+	}
+	return reason.Error(codes.InvalidArgument, reason.InvalidArgument, fmt.Sprintf("invalid %s %s", name, reason.Quote(v)))
 }
 
 // keyed reports whether the body of r may be read: the call brings a valid
@@ -322,25 +477,35 @@ func (b *browser) keyed(r *http.Request) bool {
 		b.authn.Public(r.URL.Path)
 }
 
-// writeError answers err, completed with its ErrorInfo (and, when retry is
-// positive, a RetryInfo of retry and Retry-After) as the chain completes
-// its own, in the format of protocol p. Every RESOURCE_EXHAUSTED carries a
-// retry hint, as the chain's do: Connect answers it HTTP 429, and every 429
-// of sheba says when to retry.
-func (b *browser) writeError(w http.ResponseWriter, r *http.Request, p *browserProtocol, err error, retry time.Duration) {
-	se := reason.CompleteError(err, "", retry)
+// writeError answers err, completed with its ErrorInfo (and, for
+// RESOURCE_EXHAUSTED, a RetryInfo of a second and Retry-After) as the chain
+// completes its own, in the format of protocol p. Every RESOURCE_EXHAUSTED
+// carries a retry hint, as the chain's do: Connect answers it HTTP 429, and
+// every 429 of sheba says when to retry.
+func (b *browser) writeError(w http.ResponseWriter, r *http.Request, p *browserProtocol, err error) {
+	se := complete(err)
 	if d := se.Delay(); d > 0 {
 		w.Header().Set(retryAfterHeader, strconv.FormatInt(retryafter.Seconds(d), 10))
 	}
 	if p.text {
-		// A copy of the request that the writer takes for binary
-		// gRPC-Web, whose error is all in its headers, and the answer's
-		// type put back.
-		r = r.Clone(r.Context())
-		r.Header.Set("Content-Type", grpcWebType)
-		w = &textWriter{ResponseWriter: w}
+		// The request's type is binary gRPC-Web's already (ServeHTTP),
+		// whose error is all in its headers: the writer puts the text
+		// type back.
+		tw := &textWriter{ResponseWriter: w}
+		defer tw.close()
+		w = tw
 	}
 	_ = b.errors.Write(w, r, connectError(se.GRPCStatus()))
+}
+
+// complete returns err with its ErrorInfo and, for RESOURCE_EXHAUSTED, a
+// RetryInfo of a second.
+func complete(err error) *reason.StatusError {
+	var retry time.Duration
+	if status.Code(err) == codes.ResourceExhausted {
+		retry = time.Second
+	}
+	return reason.CompleteError(err, "", retry)
 }
 
 // connectError is st as connect-go's error, its details kept.
@@ -409,15 +574,21 @@ func (c *jsonCodec) Unmarshal(data []byte, msg proto.Message) error {
 	return nil
 }
 
-// boundedGzip is a gzip decompressor that fails once it has given more
-// than limit bytes: vanguard decompresses a request into memory and sets no
-// bound of its own there, so without it a small body could grow without
-// end. (It holds at most one read's buffer beyond the limit.)
+// boundedGzip is a gzip decompressor that fails with errGzipOverLimit once
+// it has given more than limit bytes, where gzip.Reader sets no bound, so
+// that a small body cannot grow without end. (It holds at most one read's
+// buffer beyond the limit.) Its errors are errGzipOverLimit and
+// errNotGzip: gzipError makes the answer of each.
 type boundedGzip struct {
 	gz       gzip.Reader
 	limit, n int64
-	tooLarge *connect.Error
 }
+
+// The errors of boundedGzip.
+var (
+	errGzipOverLimit = errors.New("gzip body over the limit")
+	errNotGzip       = errors.New("not gzip")
+)
 
 func (d *boundedGzip) Reset(r io.Reader) error {
 	d.n = 0
@@ -430,7 +601,7 @@ func (d *boundedGzip) Reset(r io.Reader) error {
 func (d *boundedGzip) Read(p []byte) (int, error) {
 	n, err := d.gz.Read(p)
 	if d.n += int64(n); d.n > d.limit {
-		return n, d.tooLarge
+		return n, errGzipOverLimit
 	}
 	if err != nil && !errors.Is(err, io.EOF) {
 		err = errNotGzip
@@ -438,7 +609,52 @@ func (d *boundedGzip) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// errNotGzip answers a request body that says it is gzip and is not.
-var errNotGzip = connectError(status.Convert(reason.Error(codes.InvalidArgument, reason.MalformedBody, "request body is not valid gzip")))
-
 func (d *boundedGzip) Close() error { return d.gz.Close() }
+
+// gzipError is the answer to an error of boundedGzip.
+func gzipError(err error, limit int64) error {
+	if errors.Is(err, errGzipOverLimit) {
+		return bodyTooLarge(limit)
+	}
+	return malformed("request body is not valid gzip")
+}
+
+// gunzip decompresses data, at most limit bytes of it, or returns the error
+// to answer.
+func gunzip(data []byte, limit int64) ([]byte, error) {
+	d := &boundedGzip{limit: limit}
+	if err := d.Reset(bytes.NewReader(data)); err != nil {
+		return nil, gzipError(err, limit)
+	}
+	out, err := io.ReadAll(d)
+	if err != nil {
+		return nil, gzipError(err, limit)
+	}
+	return out, nil
+}
+
+// vanguardGzip is boundedGzip as vanguard's decompressor, whose errors are
+// connect-go's, made for each call (a *connect.Error writes its metadata on
+// first use), with the retry hint of every RESOURCE_EXHAUSTED.
+type vanguardGzip struct {
+	boundedGzip
+}
+
+func (d *vanguardGzip) Reset(r io.Reader) error {
+	return d.connectError(d.boundedGzip.Reset(r))
+}
+
+func (d *vanguardGzip) Read(p []byte) (int, error) {
+	n, err := d.boundedGzip.Read(p)
+	if errors.Is(err, io.EOF) {
+		return n, err
+	}
+	return n, d.connectError(err)
+}
+
+func (d *vanguardGzip) connectError(err error) error {
+	if err == nil {
+		return nil
+	}
+	return connectError(complete(gzipError(err, d.limit)).GRPCStatus())
+}

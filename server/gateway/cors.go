@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"net/http"
+	"strings"
 
 	"github.com/rs/cors"
 )
@@ -45,17 +46,33 @@ var corsExposedHeaders = []string{
 // seconds: two hours, the most Chromium keeps one.
 const corsMaxAge = 7200
 
-// withCORS returns h granting CORS to origins ("*": all); with none, h as it
-// is.
+// withCORS returns h granting CORS to origins ("*": all) on the API's paths
+// (corsPath); with none, h as it is.
 func withCORS(h http.Handler, origins []string) http.Handler {
 	if len(origins) == 0 {
 		return h
 	}
-	return cors.New(cors.Options{
+	granted := cors.New(cors.Options{
 		AllowedOrigins: origins,
 		AllowedMethods: corsMethods,
 		AllowedHeaders: corsRequestHeaders,
 		ExposedHeaders: corsExposedHeaders,
 		MaxAge:         corsMaxAge,
 	}).Handler(h)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if corsPath(r.URL.Path) {
+			granted.ServeHTTP(w, r)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// corsPath reports whether path is one of the API's: a REST route's
+// (/v1/…) or a browser call's (/sheba.v1.…). The others that reach the
+// handler (an OPTIONS of /openapi.json or of an operator endpoint, which
+// the operator mux serves only to GET) get no grant, as those endpoints
+// get none.
+func corsPath(path string) bool {
+	return strings.HasPrefix(path, "/v1/") || strings.HasPrefix(path, browserPrefix)
 }

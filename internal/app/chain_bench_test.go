@@ -173,16 +173,11 @@ func BenchmarkChainTracing(b *testing.B) {
 	}
 }
 
-// The allocation goals of a call through the full chain around a no-op
-// handler (issue "Performance, part two"): checked by a test rather than
-// read off a benchmark, so that a regression fails `make test` on any
-// machine.
-const chainAllocGoal = 10
-
-// TestChainAllocations holds the full chain to chainAllocGoal allocations
-// a call, and a span that is not sampled to none more (its trace and span
-// ids still go in the log line).
-func TestChainAllocations(t *testing.T) {
+// TestUnsampledSpanAllocations checks that a span that is not sampled adds
+// no allocation to a call through the full chain (its trace and span ids
+// still go in the log line, in the call's memory). The chain's own goal is
+// in allocGoals.
+func TestUnsampledSpanAllocations(t *testing.T) {
 	cfg, ctx, info := benchCall()
 	withRates(&cfg)
 	chain := unaryChain(benchDeps(t, cfg))
@@ -201,9 +196,6 @@ func TestChainAllocations(t *testing.T) {
 		})
 	}
 	untraced, traced := allocs(ctx), allocs(unsampled)
-	if untraced > chainAllocGoal {
-		t.Errorf("the chain allocates %v times a call, want at most %d", untraced, chainAllocGoal)
-	}
 	if traced != untraced {
 		t.Errorf("under a span not sampled the chain allocates %v times a call, want %v as without", traced, untraced)
 	}

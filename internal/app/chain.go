@@ -148,7 +148,7 @@ func chainLinks(d chainDeps) []link {
 		}})
 	}
 	if len(limits) > 0 {
-		links = append(links, link{"rate", ratelimit.ChainUnaryServerInterceptor(limits...)})
+		links = append(links, link{"rate", ratelimit.UnaryServerInterceptor(limits...)})
 	}
 	links = append(links,
 		link{"inflight", concurrency.UnaryServerInterceptor(d.inflight, concurrency.WithOnReject(m.Rejected(metrics.ReasonInflight)))},

@@ -72,7 +72,8 @@ func TestAuthenticate(t *testing.T) {
 			before := rejected
 			ctx, err := a.Authenticate(test.ctx)
 			// Within the chain the caller goes in the call's Info.
-			chainCtx, ci := callinfo.New(test.ctx, "req")
+			ci := &callinfo.Info{RequestID: "req"}
+			chainCtx := callinfo.NewContext(test.ctx, ci)
 			chainCtx, chainErr := a.Authenticate(chainCtx)
 			if status.Code(chainErr) != status.Code(err) {
 				t.Errorf("in the chain: got %v, want %v", chainErr, err)

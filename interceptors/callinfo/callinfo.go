@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"time"
+	"unsafe"
 
 	"google.golang.org/grpc/metadata"
 )
@@ -26,14 +27,19 @@ type Info struct {
 	// the values of its first keys.
 	header metadata.MD
 	values [4]string
+	// text is memory for the strings of the call (Buffer, String); used
+	// is how much of it they take.
+	text [128]byte
+	used int
 }
 
 // SetHeader leaves key: value in the response metadata of the call, which
-// the outermost step sends once, when the call is done (Header). Every
-// grpc.SetHeader on a grpc.Server copies the whole header set so far, so
-// the steps of the chain leave theirs here rather than set it one by one.
-// A handler that sends its headers itself (grpc.SendHeader) must know that
-// these follow only if it sets none before the call is done.
+// whoever made the Info sends once, when the call is done (Header; see
+// NewContext). Every grpc.SetHeader on a grpc.Server copies the whole
+// header set so far, so the steps of the chain leave theirs here rather
+// than set them one by one. On gRPC, headers left here are lost once a
+// handler has sent its headers itself (grpc.SendHeader): a handler of
+// the chain must not.
 func (i *Info) SetHeader(key, value string) {
 	if i.header == nil {
 		i.header = make(metadata.MD, len(i.values))
@@ -50,6 +56,24 @@ func (i *Info) SetHeader(key, value string) {
 
 // Header returns the response metadata left with SetHeader, nil if none.
 func (i *Info) Header() metadata.MD { return i.header }
+
+// Buffer returns the unused memory of the Info for a string of the call,
+// empty: append to it, then make the string with String. It saves the
+// steps of the chain an allocation per string they make on every call
+// (the request id, the RateLimit field).
+func (i *Info) Buffer() []byte { return i.text[i.used:i.used] }
+
+// String returns b as a string. A b that Buffer returned and that did not
+// outgrow it is the Info's memory, which it then takes for good (the
+// string lives as long as the Info, and Buffer no longer returns it);
+// any other b is copied.
+func (i *Info) String(b []byte) string {
+	if len(b) > 0 && i.used+len(b) <= len(i.text) && &b[0] == &i.text[i.used] {
+		i.used += len(b)
+		return unsafe.String(&b[0], len(b))
+	}
+	return string(b)
+}
 
 // HTTP is what the REST gateway tells the chain of the HTTP request behind
 // a call, and what the chain asks of its answer. Only the gateway makes
@@ -115,14 +139,11 @@ func (c *Context) Value(k any) any {
 	return c.Context.Value(k)
 }
 
-// New returns ctx carrying a new Info with the given request id, and that
-// Info, for the outermost interceptor.
-func New(ctx context.Context, requestID string) (context.Context, *Info) {
-	c := &Context{Context: ctx, Info: Info{RequestID: requestID}}
-	return c, &c.Info
-}
-
-// NewContext returns ctx carrying info.
+// NewContext returns ctx carrying info. Whoever makes an Info sends the
+// headers left in it (Header) when the call is done, with one
+// grpc.SendHeader: a step that finds none in its context makes one (a
+// Context, or with NewContext), and sends it; a step that finds one
+// leaves its headers there.
 func NewContext(ctx context.Context, info *Info) context.Context {
 	return context.WithValue(ctx, key{}, info)
 }

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/shebasvc/sheba/interceptors/callinfo"
@@ -21,10 +20,18 @@ const defaultRetry = time.Second
 func UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		ci := callinfo.FromContext(ctx)
-		inChain := ci != nil
-		if !inChain {
+		if ci == nil {
+			// Whoever makes the Info sends its headers, those the steps
+			// inside left there included (callinfo.NewContext). It fails only
+			// outside a server call (a direct test call); the RetryInfo still
+			// says the delay.
 			ci = &callinfo.Info{}
 			ctx = callinfo.NewContext(ctx, ci)
+			defer func() {
+				if md := ci.Header(); len(md) > 0 {
+					_ = grpc.SendHeader(ctx, md)
+				}
+			}()
 		}
 		resp, err := handler(ctx, req)
 		if err == nil {
@@ -41,15 +48,7 @@ func UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 		}
 		se := reason.CompleteError(err, "", retry)
 		if delay := se.Delay(); delay > 0 {
-			v := strconv.FormatInt(retryafter.Seconds(delay), 10)
-			if inChain {
-				// The outermost step sends it with the rest.
-				ci.SetHeader(retryafter.Key, v)
-			} else {
-				// Fails only outside a server call (a direct test call); the
-				// RetryInfo still says it.
-				_ = grpc.SetHeader(ctx, metadata.Pairs(retryafter.Key, v))
-			}
+			ci.SetHeader(retryafter.Key, strconv.FormatInt(retryafter.Seconds(delay), 10))
 		}
 		return nil, se
 	}

@@ -58,7 +58,8 @@ func (h *handled) handler(_ context.Context, req any) (any, error) {
 // callCtx is the context of a call by caller with request id "req-1";
 // with web, a REST call.
 func callCtx(caller string, web *callinfo.HTTP) (context.Context, *callinfo.Info) {
-	ctx, ci := callinfo.New(context.Background(), "req-1")
+	ci := &callinfo.Info{RequestID: "req-1"}
+	ctx := callinfo.NewContext(context.Background(), ci)
 	ci.CallerID = caller
 	if web != nil {
 		ctx, _ = callinfo.WithHTTP(ctx, *web)
@@ -197,7 +198,7 @@ func TestTimeout(t *testing.T) {
 		intercept := UnaryServerInterceptor(client, WithTimeout(time.Minute), WithBreaker(2, time.Minute))
 		for range 4 {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
-			ctx, _ = callinfo.New(ctx, "req")
+			ctx = callinfo.NewContext(ctx, &callinfo.Info{RequestID: "req"})
 			var h handled
 			_, err := intercept(ctx, subscriptionReq("pro"), info, h.handler)
 			cancel()

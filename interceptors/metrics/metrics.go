@@ -55,10 +55,10 @@ type Metrics struct {
 	// after New.
 	methods map[string]*method
 
-	// callers holds the sheba_requests_total series by method and caller,
-	// copied on write (a caller's first call), read without a lock.
-	mu      sync.Mutex
-	callers atomic.Pointer[map[callerKey]*series]
+	// callers holds the sheba_requests_total series (*series) by method
+	// and caller (callerKey): written once per key, on a caller's first
+	// call of a method, then only read, which sync.Map does without a lock.
+	callers sync.Map
 }
 
 // method holds the grpc_server_* series of one served method, each looked
@@ -115,7 +115,6 @@ func New(reg prometheus.Registerer, methods []string) (*Metrics, error) {
 		svc, name := splitMethod(full)
 		m.methods[full] = &method{service: svc, name: name}
 	}
-	m.callers.Store(&map[callerKey]*series{})
 	for _, r := range []string{ReasonUnauthenticated, ReasonRate, ReasonKeyRate, ReasonInflight} {
 		m.rejected.WithLabelValues(r) // every reason shows, at 0
 	}
@@ -237,30 +236,16 @@ func (m *Metrics) request(ctx context.Context, full string, served bool, code co
 		caller = ci.CallerID
 	}
 	k := callerKey{full, caller}
-	s := (*m.callers.Load())[k]
-	if s == nil {
-		s = m.addCaller(k)
+	var s *series
+	if v, ok := m.callers.Load(k); ok {
+		s = v.(*series)
+	} else {
+		// Label values are bounded (served methods, configured keys), so
+		// the map is.
+		v, _ := m.callers.LoadOrStore(k, new(series))
+		s = v.(*series)
 	}
 	return s.get(code, func() prometheus.Counter { return m.requests.WithLabelValues(full, code.String(), caller) })
-}
-
-// addCaller adds the series of a caller's first call of a method. Label
-// values are bounded (served methods, configured keys), so the map is.
-func (m *Metrics) addCaller(k callerKey) *series {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	old := *m.callers.Load()
-	if s := old[k]; s != nil {
-		return s
-	}
-	next := make(map[callerKey]*series, len(old)+1)
-	for k, v := range old {
-		next[k] = v
-	}
-	s := new(series)
-	next[k] = s
-	m.callers.Store(&next)
-	return s
 }
 
 func add(c prometheus.Counter, ex prometheus.Labels) {

@@ -14,7 +14,7 @@
 // draft-ietf-httpapi-ratelimit-headers-11: "ratelimit-policy" (q, w) and
 // "ratelimit" (r, t) response metadata, which the gateway sends as the
 // RateLimit-Policy and RateLimit headers. With the global and the per-key
-// limits in one interceptor (ChainUnaryServerInterceptor), only the
+// limits in one interceptor (UnaryServerInterceptor), only the
 // tightest limit is told (docs/api.md#rate-limit-headers). On a rejection, retry-after is never
 // earlier than t.
 //

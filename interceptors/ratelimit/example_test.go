@@ -13,7 +13,7 @@ import (
 // A global bucket of 2 tokens refilled at 1 a second: the third call in a
 // row is rejected.
 func Example() {
-	interceptor := ratelimit.UnaryServerInterceptor(ratelimit.NewBucket(1, 2))
+	interceptor := ratelimit.UnaryServerInterceptor(ratelimit.Limit{Limiter: ratelimit.NewBucket(1, 2)})
 	info := &grpc.UnaryServerInfo{FullMethod: "/sheba.v1.AccountService/GetAccount"}
 	handler := func(context.Context, any) (any, error) { return "ok", nil }
 	for range 3 {
@@ -31,7 +31,7 @@ func Example() {
 func ExampleNewPerKey() {
 	type callerKey struct{}
 	id := func(ctx context.Context) string { s, _ := ctx.Value(callerKey{}).(string); return s }
-	interceptor := ratelimit.UnaryServerInterceptor(ratelimit.NewPerKey(1, 1, []string{"billing", "reports"}, id))
+	interceptor := ratelimit.UnaryServerInterceptor(ratelimit.Limit{Limiter: ratelimit.NewPerKey(1, 1, []string{"billing", "reports"}, id)})
 	info := &grpc.UnaryServerInfo{FullMethod: "/sheba.v1.AccountService/GetAccount"}
 	handler := func(context.Context, any) (any, error) { return "ok", nil }
 	for _, caller := range []string{"billing", "billing", "reports"} {

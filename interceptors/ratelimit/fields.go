@@ -2,7 +2,9 @@ package ratelimit
 
 import (
 	"context"
+	"maps"
 	"strconv"
+	"sync"
 	"sync/atomic"
 
 	"google.golang.org/grpc"
@@ -37,50 +39,53 @@ func send(ctx context.Context, p *policyName, d Decision) {
 	if p == nil {
 		return
 	}
-	policy, current := p.fields(d)
+	policy := p.field(d.Policy)
 	if ci := callinfo.FromContext(ctx); ci != nil {
-		// The outermost step sends them with the rest.
+		// Whoever made the Info sends them with the rest; the RateLimit
+		// field is made in its memory.
 		ci.SetHeader(PolicyKey, policy)
-		ci.SetHeader(StateKey, current)
+		ci.SetHeader(StateKey, ci.String(appendState(ci.Buffer(), p.quoted, d)))
 		return
 	}
 	// Fails only outside a server call (a direct test call).
-	_ = grpc.SetHeader(ctx, metadata.Pairs(PolicyKey, policy, StateKey, current))
+	_ = grpc.SetHeader(ctx, metadata.Pairs(PolicyKey, policy, StateKey, string(appendState(nil, p.quoted, d))))
 }
 
 // policyName is the name of a limit's policy, and the RateLimit-Policy
-// field of the policy its limiter answered last: the same on nearly every
-// call, so made once rather than on each (Fields).
+// fields of the policies its limiter answered so far: a limiter answers
+// with a few (anonymous callers and API keys may have their own), the same
+// on nearly every call, so each is made once rather than on each call.
 type policyName struct {
 	name   string
 	quoted []byte
-	last   atomic.Pointer[policyField]
-}
-
-type policyField struct {
-	policy Policy
-	field  string
+	// fields maps a Policy to its field; it is never changed once
+	// stored, only replaced by a copy with one more (a few policies).
+	fields atomic.Pointer[map[Policy]string]
+	mu     sync.Mutex
 }
 
 func newPolicyName(name string) *policyName {
-	return &policyName{name: name, quoted: strconv.AppendQuote(nil, name)}
+	p := &policyName{name: name, quoted: strconv.AppendQuote(nil, name)}
+	p.fields.Store(&map[Policy]string{})
+	return p
 }
 
-// fields returns what Fields returns for decision d.
-func (p *policyName) fields(d Decision) (policy, current string) {
-	last := p.last.Load()
-	if last == nil || last.policy != d.Policy {
-		policy, _ = Fields(p.name, d)
-		last = &policyField{policy: d.Policy, field: policy}
-		p.last.Store(last)
+// field returns the RateLimit-Policy field of policy q.
+func (p *policyName) field(q Policy) string {
+	if f, ok := (*p.fields.Load())[q]; ok {
+		return f
 	}
-	var buf [64]byte
-	b := append(buf[:0], p.quoted...)
-	b = append(b, ";r="...)
-	b = strconv.AppendInt(b, int64(max(0, d.Remaining)), 10)
-	b = append(b, ";t="...)
-	b = strconv.AppendInt(b, Seconds(d.Reset), 10)
-	return last.field, string(b)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	old := *p.fields.Load()
+	if f, ok := old[q]; ok {
+		return f
+	}
+	f := string(appendPolicy(nil, p.quoted, q))
+	next := maps.Clone(old)
+	next[q] = f
+	p.fields.Store(&next)
+	return f
 }
 
 // Fields returns the values of the RateLimit-Policy and RateLimit fields
@@ -89,21 +94,26 @@ func (p *policyName) fields(d Decision) (policy, current string) {
 //	"key";q=50;w=1
 //	"key";r=49;t=1
 func Fields(name string, d Decision) (policy, current string) {
-	// Both fields are made in one buffer and cut from one string: one
-	// allocation per call, on every call of the chain.
-	var buf [128]byte
-	b := buf[:0]
-	b = strconv.AppendQuote(b, name)
+	quoted := strconv.AppendQuote(nil, name)
+	return string(appendPolicy(nil, quoted, d.Policy)), string(appendState(nil, quoted, d))
+}
+
+// appendPolicy appends the RateLimit-Policy field of policy q, named
+// quoted (a quoted string), to b.
+func appendPolicy(b, quoted []byte, q Policy) []byte {
+	b = append(b, quoted...)
 	b = append(b, ";q="...)
-	b = strconv.AppendInt(b, int64(d.Policy.Quota), 10)
+	b = strconv.AppendInt(b, int64(q.Quota), 10)
 	b = append(b, ";w="...)
-	b = strconv.AppendInt(b, Seconds(d.Policy.Window), 10)
-	cut := len(b)
-	b = strconv.AppendQuote(b, name)
+	return strconv.AppendInt(b, Seconds(q.Window), 10)
+}
+
+// appendState appends the RateLimit field of decision d of the policy
+// named quoted to b.
+func appendState(b, quoted []byte, d Decision) []byte {
+	b = append(b, quoted...)
 	b = append(b, ";r="...)
 	b = strconv.AppendInt(b, int64(max(0, d.Remaining)), 10)
 	b = append(b, ";t="...)
-	b = strconv.AppendInt(b, Seconds(d.Reset), 10)
-	s := string(b)
-	return s[:cut], s[cut:]
+	return strconv.AppendInt(b, Seconds(d.Reset), 10)
 }

@@ -94,26 +94,19 @@ func WithPolicyName(name string) Option {
 	return func(o *options) { o.name = name }
 }
 
-// UnaryServerInterceptor rejects the calls that l does not allow with
-// ResourceExhausted and retry-after metadata, and tells every call under
-// the limit its state in ratelimit-policy and ratelimit response metadata.
-// It is ChainUnaryServerInterceptor of that one limit.
-func UnaryServerInterceptor(l Limiter, opts ...Option) grpc.UnaryServerInterceptor {
-	return ChainUnaryServerInterceptor(Limit{Limiter: l, Options: opts})
-}
-
-// Limit is one limit of ChainUnaryServerInterceptor.
+// Limit is one limit of UnaryServerInterceptor.
 type Limit struct {
 	Limiter Limiter
 	Options []Option
 }
 
-// ChainUnaryServerInterceptor asks each of limits in turn, and rejects a
-// call at the first that does not allow it, as UnaryServerInterceptor does;
-// it tells every call the fields of the tightest limit it is under (see
-// tighter), once. The limits of a call belong in one interceptor: two of
+// UnaryServerInterceptor asks each of limits in turn, and rejects a call at
+// the first that does not allow it with ResourceExhausted and retry-after
+// metadata; it tells every call the fields of the tightest limit it is
+// under (see tighter), once, in ratelimit-policy and ratelimit response
+// metadata. All the limits of a call belong in one interceptor: two of
 // them chained would each send their fields.
-func ChainUnaryServerInterceptor(limits ...Limit) grpc.UnaryServerInterceptor {
+func UnaryServerInterceptor(limits ...Limit) grpc.UnaryServerInterceptor {
 	type limit struct {
 		Limiter
 		options

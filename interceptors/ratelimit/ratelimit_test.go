@@ -70,7 +70,7 @@ func TestPerKey(t *testing.T) {
 
 func TestInterceptorDirect(t *testing.T) {
 	rejected := 0
-	i := ratelimit.UnaryServerInterceptor(ratelimit.NewBucket(1, 1), ratelimit.WithOnReject(func(context.Context) { rejected++ }))
+	i := ratelimit.UnaryServerInterceptor(ratelimit.Limit{Limiter: ratelimit.NewBucket(1, 1), Options: []ratelimit.Option{ratelimit.WithOnReject(func(context.Context) { rejected++ })}})
 	if _, err := i(t.Context(), nil, info, ok); err != nil {
 		t.Fatalf("first call: %v", err)
 	}
@@ -86,7 +86,7 @@ func TestInterceptorDirect(t *testing.T) {
 // TestServer checks the rejection and its retry-after header through a real
 // server.
 func TestServer(t *testing.T) {
-	client := interceptortest.Serve(t, ratelimit.UnaryServerInterceptor(ratelimit.NewBucket(0.5, 1)), interceptortest.Pong)
+	client := interceptortest.Serve(t, ratelimit.UnaryServerInterceptor(ratelimit.Limit{Limiter: ratelimit.NewBucket(0.5, 1)}), interceptortest.Pong)
 	if _, err := client.Ping(t.Context(), &shebav1.PingRequest{}); err != nil {
 		t.Fatalf("first call: %v", err)
 	}
@@ -122,7 +122,7 @@ func TestPolicyOf(t *testing.T) {
 // counts down as calls are made, q and w stay, and the 429's Retry-After
 // is never earlier than its t.
 func TestFields(t *testing.T) {
-	client := interceptortest.Serve(t, ratelimit.UnaryServerInterceptor(ratelimit.NewBucket(1, 3), ratelimit.WithPolicyName("global")), interceptortest.Pong)
+	client := interceptortest.Serve(t, ratelimit.UnaryServerInterceptor(ratelimit.Limit{Limiter: ratelimit.NewBucket(1, 3), Options: []ratelimit.Option{ratelimit.WithPolicyName("global")}}), interceptortest.Pong)
 	last := int64(-1)
 	for i := range 4 {
 		var header metadata.MD
@@ -160,7 +160,7 @@ func TestFields(t *testing.T) {
 func TestTightest(t *testing.T) {
 	type ctxKey struct{}
 	id := func(ctx context.Context) string { s, _ := ctx.Value(ctxKey{}).(string); return s }
-	limits := ratelimit.ChainUnaryServerInterceptor(
+	limits := ratelimit.UnaryServerInterceptor(
 		ratelimit.Limit{Limiter: ratelimit.NewBucket(100, 10), Options: []ratelimit.Option{ratelimit.WithPolicyName("global")}},
 		ratelimit.Limit{Limiter: ratelimit.NewPerKey(1, 2, []string{"a"}, id), Options: []ratelimit.Option{ratelimit.WithPolicyName("key")}},
 	)

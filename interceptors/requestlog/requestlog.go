@@ -3,10 +3,10 @@ package requestlog
 import (
 	"context"
 	"crypto/rand"
+	"encoding/base32"
 	"encoding/hex"
 	"log/slog"
 	"time"
-	"unsafe"
 
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
@@ -46,16 +46,21 @@ func UnaryServerInterceptor(log *slog.Logger, opts ...Option) grpc.UnaryServerIn
 	h := log.Handler()
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		start := time.Now()
-		c := &call{}
-		c.Context.Context = ctx
-		ci := &c.Info
-		ci.RequestID = c.requestID(ctx)
+		ci := callinfo.FromContext(ctx)
+		if ci == nil {
+			// Whoever makes the Info sends its headers (callinfo.NewContext):
+			// sheba's chain makes it with the allocation of its own context.
+			c := &callinfo.Context{Context: ctx}
+			ctx, ci = c, &c.Info
+			// Fails only outside a server call; the id still goes in the
+			// log.
+			defer func() { _ = grpc.SendHeader(ctx, ci.Header()) }()
+		}
+		ci.RequestID = requestID(ctx, ci)
 		ci.SetHeader(RequestIDKey, ci.RequestID)
 
-		resp, err := handler(&c.Context, req)
+		resp, err := handler(ctx, req)
 
-		// Fails only outside a server call; the id still goes in the log.
-		_ = grpc.SetHeader(ctx, ci.Header())
 		code := status.Code(err)
 		level := slog.LevelInfo
 		if serverFault(code) {
@@ -92,7 +97,7 @@ func UnaryServerInterceptor(log *slog.Logger, opts ...Option) grpc.UnaryServerIn
 			n++
 		}
 		if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
-			traceID, spanID := c.traceIDs(sc)
+			traceID, spanID := traceIDs(ci, sc)
 			attrs[n], attrs[n+1] = slog.String("trace_id", traceID), slog.String("span_id", spanID)
 			n += 2
 		}
@@ -108,40 +113,28 @@ func UnaryServerInterceptor(log *slog.Logger, opts ...Option) grpc.UnaryServerIn
 	}
 }
 
-// call is the context of a call below the interceptor: its callinfo.Info,
-// and the memory of the strings the interceptor makes for it, in one
-// allocation. Each string is written once, then only read, and the call's
-// memory lives as long as any of them.
-type call struct {
-	callinfo.Context
-	id  [26]byte
-	ids [2 * (len(trace.TraceID{}) + len(trace.SpanID{}))]byte // hex
-}
-
-// requestID returns the caller's x-request-id if it is sane, else a new one.
-func (c *call) requestID(ctx context.Context) string {
+// requestID returns the caller's x-request-id if it is sane, else a new
+// one, as crypto/rand.Text makes it (16 random bytes in 26 characters of
+// base32) but in the Info's memory.
+func requestID(ctx context.Context, ci *callinfo.Info) string {
 	if v := metadata.ValueFromIncomingContext(ctx, RequestIDKey); len(v) > 0 && validRequestID(v[0]) {
 		return v[0]
 	}
-	// As crypto/rand.Text makes it (26 characters of base32), in the
-	// call's memory.
-	_, _ = rand.Read(c.id[:])
-	for i, b := range c.id {
-		c.id[i] = base32Alphabet[b%32]
-	}
-	return unsafe.String(&c.id[0], len(c.id))
+	var src [16]byte
+	_, _ = rand.Read(src[:])
+	return ci.String(requestIDEncoding.AppendEncode(ci.Buffer(), src[:]))
 }
 
-const base32Alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+var requestIDEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
 
-// traceIDs returns the trace and span ids of sc in hex, in the call's
+// traceIDs returns the trace and span ids of sc in hex, in the Info's
 // memory: a call that is traced but not sampled makes no allocation for
 // them either.
-func (c *call) traceIDs(sc trace.SpanContext) (traceID, spanID string) {
+func traceIDs(ci *callinfo.Info, sc trace.SpanContext) (traceID, spanID string) {
 	tid, sid := sc.TraceID(), sc.SpanID()
-	n := hex.Encode(c.ids[:], tid[:])
-	hex.Encode(c.ids[n:], sid[:])
-	s := unsafe.String(&c.ids[0], len(c.ids))
+	b := hex.AppendEncode(ci.Buffer(), tid[:])
+	n := len(b)
+	s := ci.String(hex.AppendEncode(b, sid[:]))
 	return s[:n], s[n:]
 }
 

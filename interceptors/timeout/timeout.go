@@ -24,7 +24,8 @@ func UnaryServerInterceptor(max time.Duration) grpc.UnaryServerInterceptor {
 		deadline, ok := ctx.Deadline()
 		ours := false
 		if now := time.Now(); !ok || deadline.Sub(now) > max {
-			d := &deadlineContext{parent: ctx, deadline: now.Add(max)}
+			d := slotOf(ctx)
+			d.parent, d.deadline = ctx, now.Add(max)
 			defer d.stop()
 			ctx, deadline, ours = d, d.deadline, true
 		}
@@ -116,4 +117,29 @@ func (c *deadlineContext) stop() {
 	if c.made.Load() {
 		c.cancel()
 	}
+}
+
+// Slot is the memory of the deadline context of one call, for a context
+// made for the call to carry (Value(SlotKey) returns a *Slot): the
+// interceptor then makes its deadline context there rather than in an
+// allocation of its own. sheba's chain carries one in the context it makes
+// for every call.
+type Slot struct {
+	d    deadlineContext
+	used bool
+}
+
+type slotKey struct{}
+
+// SlotKey is the key under which a context carries a *Slot.
+var SlotKey any = slotKey{}
+
+// slotOf returns the deadline context of the Slot in ctx if it is unused,
+// else a new one.
+func slotOf(ctx context.Context) *deadlineContext {
+	if s, ok := ctx.Value(SlotKey).(*Slot); ok && !s.used {
+		s.used = true
+		return &s.d
+	}
+	return new(deadlineContext)
 }

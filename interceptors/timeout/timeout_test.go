@@ -150,6 +150,20 @@ func TestContext(t *testing.T) {
 			}
 		})
 	})
+	t.Run("parent cancelled, Err asked first", func(t *testing.T) {
+		p, cancel := context.WithCancel(parent)
+		call(p, func(ctx context.Context) {
+			cancel()
+			if !errors.Is(ctx.Err(), context.Canceled) {
+				t.Errorf("Err before Done: got %v, want Canceled", ctx.Err())
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(10 * time.Second):
+				t.Error("Done not closed after Err said Canceled")
+			}
+		})
+	})
 	t.Run("parent cancelled", func(t *testing.T) {
 		p, cancel := context.WithCancel(parent)
 		call(p, func(ctx context.Context) {

@@ -346,7 +346,7 @@ func newGRPCServer(cfg config.Config, chain grpc.UnaryServerInterceptor, streams
 		// The chain is for business calls only: grpc.health.v1 (and
 		// reflection) answer without a key, limits or shedding, like the
 		// operator endpoints on HTTP, so probes work under any load.
-		grpc.UnaryInterceptor(selector.UnaryServerInterceptor(sendHeadersOnce(chain), selector.MatchFunc(
+		grpc.UnaryInterceptor(selector.UnaryServerInterceptor(chain, selector.MatchFunc(
 			func(_ context.Context, c interceptors.CallMeta) bool { return business[c.Service] },
 		))),
 		// Streams (health Watch, reflection) never end by themselves:

@@ -28,15 +28,15 @@ func TestMain(m *testing.M) {
 	os.Exit(storetest.Run(m))
 }
 
-// benchApp is the assembly over cfg, its log at warn, closed when b ends;
+// benchApp is the assembly over cfg, its log at warn, closed when tb ends;
 // it is not served.
-func benchApp(b *testing.B, cfg config.Config, opts ...Option) *App {
-	b.Helper()
+func benchApp(tb testing.TB, cfg config.Config, opts ...Option) *App {
+	tb.Helper()
 	a, err := New(context.Background(), cfg, slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn})), opts...)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	b.Cleanup(a.close)
+	tb.Cleanup(a.close)
 	return a
 }
 

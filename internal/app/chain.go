@@ -80,8 +80,8 @@ type chainDeps struct {
 //   - metrics: sees every outcome, rejections and recovered panics included.
 //   - recovery: a panic anywhere inside becomes Internal "internal error",
 //     logged with its stack, and is still logged and counted.
-//   - auth: cheap, and gives the caller id to everything after it; then
-//     identify copies it where the log, the metrics and the span see it.
+//   - auth: cheap, and gives the caller id to everything after it (in the
+//     call's Info); then identify puts it on the span.
 //   - global rate (anonymous callers in a bucket of their own), then per-key
 //     rate: a call over its rate never takes an in-flight slot.
 //   - concurrency: sheds at once what exceeds limits.max_inflight (or the
@@ -148,7 +148,7 @@ func chainLinks(d chainDeps) []link {
 		}})
 	}
 	if len(limits) > 0 {
-		links = append(links, link{"rate", ratelimit.ChainUnaryServerInterceptor(limits...)})
+		links = append(links, link{"rate", ratelimit.UnaryServerInterceptor(limits...)})
 	}
 	links = append(links,
 		link{"inflight", concurrency.UnaryServerInterceptor(d.inflight, concurrency.WithOnReject(m.Rejected(metrics.ReasonInflight)))},
@@ -225,13 +225,11 @@ func transportOf(ctx context.Context) (transport, peerAddr string) {
 	return "grpc", peerAddr
 }
 
-// identify records the authenticated caller for the request log, the
-// metrics and the trace.
+// identify records the authenticated caller on the call's span; the
+// request log and the metrics read it from the call's Info, where the
+// authenticator left it.
 func identify(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if id := apikey.IDFromContext(ctx); id != "" {
-		if ci := callinfo.FromContext(ctx); ci != nil {
-			ci.CallerID = id
-		}
 		if span := trace.SpanFromContext(ctx); span.IsRecording() {
 			span.SetAttributes(attribute.String("sheba.api_key_id", id))
 		}
@@ -268,25 +266,43 @@ func chainUnary(interceptors ...grpc.UnaryServerInterceptor) grpc.UnaryServerInt
 	}
 	first, second := interceptors[0], links[1]
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		ctx = &chainCall{Context: ctx, info: info, handler: handler}
-		return first(ctx, req, info, second)
+		c := &chainCall{info: info, handler: handler}
+		c.Context.Context = ctx
+		resp, err := first(c, req, info, second)
+		// The chain made the call's Info, so it sends the headers its links
+		// left there (callinfo.NewContext), all at once: SendHeader takes
+		// them as they are, where each grpc.SetHeader would copy them. The
+		// headers go out in a HEADERS frame of their own ahead of the
+		// answer or of the status, as grpc-go sends those set with
+		// SetHeader. It fails only outside a server call, or when a
+		// handler sent its headers itself: none of sheba's does.
+		if md := c.Info.Header(); len(md) > 0 {
+			_ = grpc.SendHeader(ctx, md)
+		}
+		return resp, err
 	}
 }
 
-// chainCall is the context of a call through a composed chain: what the
-// links need to know of the call they serve rides in the context itself,
-// so a call through the chain costs one allocation.
+// chainCall is the context of a call through a composed chain: the call's
+// callinfo.Info, the timeout link's deadline context, and what the links
+// need to know of the call they serve, ride in the context itself, so a call through the chain costs one
+// allocation.
 type chainCall struct {
-	context.Context
+	callinfo.Context
 	info    *grpc.UnaryServerInfo
 	handler grpc.UnaryHandler
+	// deadline is the timeout link's deadline context.
+	deadline timeout.Slot
 }
 
 type chainCallKey struct{}
 
 func (c *chainCall) Value(key any) any {
-	if key == (chainCallKey{}) {
+	switch key {
+	case chainCallKey{}:
 		return c
+	case timeout.SlotKey:
+		return &c.deadline
 	}
 	return c.Context.Value(key)
 }

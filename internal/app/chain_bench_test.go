@@ -37,11 +37,17 @@ func (s benchStream) SetHeaderOnly(metadata.MD) error { return nil }
 // each interceptor is added in chain order ("none" is the bare handler).
 // Limits are high enough never to reject.
 func BenchmarkChain(b *testing.B) {
+	runBenchCases(b, chainBenchCases(b))
+}
+
+// chainBenchCases are BenchmarkChain's rows; the last is the full chain.
+func chainBenchCases(tb testing.TB) []benchCase {
 	cfg, ctx, info := benchCall()
 	withRates(&cfg)
-	links := chainLinks(benchDeps(b, cfg))
+	links := chainLinks(benchDeps(tb, cfg))
 	// The chain grows one link at a time: the difference between two rows is
 	// the cost of the link added.
+	var cases []benchCase
 	for n := 0; n <= len(links); n++ {
 		name := "none"
 		if n > 0 {
@@ -57,14 +63,29 @@ func BenchmarkChain(b *testing.B) {
 		if n > 0 {
 			handler = chainUnary(interceptors...)
 		}
-		b.Run(fmt.Sprintf("%d%s", n, name), func(b *testing.B) {
+		cases = append(cases, benchCase{fmt.Sprintf("%d%s", n, name), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, err := handler(ctx, nil, info, noopHandler); err != nil {
 					b.Fatal(err)
 				}
 			}
-		})
+		}})
+	}
+	return cases
+}
+
+// benchCase is one sub-benchmark: its name and its body, which
+// TestAllocationGoals runs too.
+type benchCase struct {
+	name string
+	run  func(b *testing.B)
+}
+
+// runBenchCases runs each case as a sub-benchmark of b.
+func runBenchCases(b *testing.B, cases []benchCase) {
+	for _, c := range cases {
+		b.Run(c.name, c.run)
 	}
 }
 
@@ -92,14 +113,14 @@ func benchCall() (config.Config, context.Context, *grpc.UnaryServerInfo) {
 	return cfg, ctx, &grpc.UnaryServerInfo{FullMethod: method}
 }
 
-func benchDeps(b testing.TB, cfg config.Config) chainDeps {
+func benchDeps(tb testing.TB, cfg config.Config) chainDeps {
 	m, err := metrics.New(prometheus.NewRegistry(), []string{"/sheba.v1.AccountService/GetAccount"})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	authn, ids, err := newAuthenticator(cfg.Auth, m)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	// In process: the chain benchmarks run without Redis.
 	rate := newRateLimits(cfg.Limits, nil, ids)
@@ -152,16 +173,11 @@ func BenchmarkChainTracing(b *testing.B) {
 	}
 }
 
-// The allocation goals of a call through the full chain around a no-op
-// handler (issue "Performance, part two"): checked by a test rather than
-// read off a benchmark, so that a regression fails `make test` on any
-// machine.
-const chainAllocGoal = 10
-
-// TestChainAllocations holds the full chain to chainAllocGoal allocations
-// a call, and a span that is not sampled to none more (its trace and span
-// ids still go in the log line).
-func TestChainAllocations(t *testing.T) {
+// TestUnsampledSpanAllocations checks that a span that is not sampled adds
+// no allocation to a call through the full chain (its trace and span ids
+// still go in the log line, in the call's memory). The chain's own goal is
+// in allocGoals.
+func TestUnsampledSpanAllocations(t *testing.T) {
 	cfg, ctx, info := benchCall()
 	withRates(&cfg)
 	chain := unaryChain(benchDeps(t, cfg))
@@ -180,9 +196,6 @@ func TestChainAllocations(t *testing.T) {
 		})
 	}
 	untraced, traced := allocs(ctx), allocs(unsampled)
-	if untraced > chainAllocGoal {
-		t.Errorf("the chain allocates %v times a call, want at most %d", untraced, chainAllocGoal)
-	}
 	if traced != untraced {
 		t.Errorf("under a span not sampled the chain allocates %v times a call, want %v as without", traced, untraced)
 	}

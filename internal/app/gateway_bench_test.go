@@ -25,26 +25,32 @@ import (
 // not sampled ("ping-unsampled"), what most requests are under a ratio
 // sampler.
 func BenchmarkGatewayJSON(b *testing.B) {
+	runBenchCases(b, gatewayJSONBenchCases(b))
+}
+
+// gatewayJSONBenchCases are BenchmarkGatewayJSON's rows.
+func gatewayJSONBenchCases(tb testing.TB) []benchCase {
 	const key = "bench-key-0123456789abcdefghijklmnop"
 	sum := sha256.Sum256([]byte(key))
 	cfg := config.Default()
-	cfg.Database.URL = storetest.NewDatabase(b)
+	cfg.Database.URL = storetest.NewDatabase(tb)
 	cfg.Auth.Keys = []config.APIKey{{ID: "bench", SHA256: hex.EncodeToString(sum[:])}}
 	pool, err := pgxpool.New(context.Background(), cfg.Database.URL)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	defer pool.Close()
 	a, err := store.New(pool).CreateAccount(context.Background(), "bench", "not-a-hash")
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	handler := func(opts ...Option) http.Handler {
-		return benchApp(b, cfg, opts...).Handler()
+		return benchApp(tb, cfg, opts...).Handler()
 	}
 	untraced := handler()
 	unsampled := handler(WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))))
 	const browserPing = "/sheba.v1.PingService/Ping"
+	var cases []benchCase
 	for _, bc := range []struct {
 		name, method, path, body string
 		h                        http.Handler
@@ -61,7 +67,7 @@ func BenchmarkGatewayJSON(b *testing.B) {
 		{"ping-connect-proto", http.MethodPost, browserPing, "", untraced, http.StatusOK, "application/proto"},
 		{"ping-grpc-web", http.MethodPost, browserPing, "\x00\x00\x00\x00\x00", untraced, http.StatusOK, "application/grpc-web+proto"},
 	} {
-		b.Run(bc.name, func(b *testing.B) {
+		cases = append(cases, benchCase{bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				req := httptest.NewRequest(bc.method, bc.path, strings.NewReader(bc.body))
@@ -78,6 +84,7 @@ func BenchmarkGatewayJSON(b *testing.B) {
 					b.Fatalf("got %d, want %d: %s", rec.Code, bc.want, rec.Body)
 				}
 			}
-		})
+		}})
 	}
+	return cases
 }

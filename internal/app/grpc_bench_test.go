@@ -30,18 +30,23 @@ func (barePing) Ping(context.Context, *shebav1.PingRequest) (*shebav1.PingRespon
 // the same RPC in the same process, the baseline of the ratio. The client's
 // cost is in every row alike.
 func BenchmarkGRPCPing(b *testing.B) {
+	runBenchCases(b, grpcPingBenchCases(b))
+}
+
+// grpcPingBenchCases are BenchmarkGRPCPing's rows.
+func grpcPingBenchCases(tb testing.TB) []benchCase {
 	const key = "bench-key-0123456789abcdefghijklmnop"
 	cfg := config.Default()
-	cfg.Database.URL = storetest.NewDatabase(b)
+	cfg.Database.URL = storetest.NewDatabase(tb)
 	cfg.Auth.Keys = []config.APIKey{keyEntry("bench", key)}
 	cfg.Limits.Rate, cfg.Limits.Burst = 1e9, 1e9
 	cfg.Limits.PerKeyRate, cfg.Limits.PerKeyBurst = 1e9, 1e9
 	cfg.Limits.MaxInflight = 1 << 20
 	serve := func(opts ...Option) string {
-		a := benchApp(b, cfg, opts...)
-		lis := listen(b)
+		a := benchApp(tb, cfg, opts...)
+		lis := listen(tb)
 		go func() { _ = a.grpc.Serve(lis) }()
-		b.Cleanup(a.grpc.Stop)
+		tb.Cleanup(a.grpc.Stop)
 		return lis.Addr().String()
 	}
 	bare := func() string {
@@ -49,12 +54,13 @@ func BenchmarkGRPCPing(b *testing.B) {
 		shebav1.RegisterPingServiceServer(srv, barePing{})
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
 		go func() { _ = srv.Serve(lis) }()
-		b.Cleanup(srv.Stop)
+		tb.Cleanup(srv.Stop)
 		return lis.Addr().String()
 	}
+	var cases []benchCase
 	for _, bc := range []struct {
 		name string
 		addr string
@@ -63,7 +69,7 @@ func BenchmarkGRPCPing(b *testing.B) {
 		{"sheba", serve()},
 		{"sheba-unsampled", serve(WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))))},
 	} {
-		b.Run(bc.name, func(b *testing.B) {
+		cases = append(cases, benchCase{bc.name, func(b *testing.B) {
 			conn, err := grpc.NewClient(bc.addr, grpc.WithTransportCredentials(insecure.NewCredentials()), withKey(key))
 			if err != nil {
 				b.Fatal(err)
@@ -80,6 +86,7 @@ func BenchmarkGRPCPing(b *testing.B) {
 					}
 				}
 			})
-		})
+		}})
 	}
+	return cases
 }

@@ -4,9 +4,12 @@
 // itself there when started by hand), and runs the load scenarios of
 // bench/README.md (what the safety costs, and how close sheba is to the
 // machine's limit), alternating sheba and its baseline run by run
-// (A B A B ...) so that drift cancels in the ratio.
-// It prints a markdown table and writes the raw numbers, with the machine's
-// facts, to bench/results/<UTC time>.json.
+// (A B A B ...) so that drift cancels in the ratio; a row whose pair ratios
+// spread more than -spread is measured again, once, with twice the pairs.
+// It prints a markdown table led by the server CPU per request, writes the
+// raw numbers, with the machine's facts, to bench/results/<UTC time>.json,
+// and the chart of the rows against their goals beside it (<UTC time>.svg;
+// -chart draws it again from a results file).
 //
 // Servers (sheba, the baselines and Postgres) run on one CPU and the load
 // generator (wrk, ghz, pgbench or the Go client) on another, with taskset,
@@ -14,7 +17,8 @@
 //
 // Usage, from the repository root:
 //
-//	go run ./bench/cmd/sheba-bench [-scenario ping-rest,readyz] [-pairs 3] [-d 5s] [-warmup 2s] [-c 50]
+//	go run ./bench/cmd/sheba-bench [-scenario ping-rest,readyz] [-pairs 3] [-d 5s] [-warmup 2s] [-c 50] [-spread 0.15]
+//	go run ./bench/cmd/sheba-bench -chart bench/results/<UTC time>.json
 //
 // Run `go run ./bench/cmd/sheba-bench -h` for every flag.
 package main
@@ -77,6 +81,8 @@ func (e usageError) Error() string { return string(e) }
 type options struct {
 	scenarios    []string
 	pairs        int
+	spread       float64
+	chart        string
 	duration     time.Duration
 	warmup       time.Duration
 	pause        time.Duration
@@ -111,6 +117,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	scen := fs.String("scenario", "", "comma-separated scenarios to run (default all): "+strings.Join(scenarioNames, ", "))
 	fs.IntVar(&o.pairs, "pairs", 3, "A/B pairs of runs per scenario")
+	fs.Float64Var(&o.spread, "spread", maxSpread, "measure a row again, once, with twice the pairs when its pair ratios spread more than this: the highest over the lowest, less one (0: never)")
+	fs.StringVar(&o.chart, "chart", "", "only draw the chart of an existing results JSON, beside it (bench/results/X.json: bench/results/X.svg)")
 	fs.DurationVar(&o.duration, "d", 5*time.Second, "length of each measured run (whole seconds)")
 	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "warm-up of each side before a scenario's runs (0 for none)")
 	fs.DurationVar(&o.pause, "pause", 100*time.Millisecond, "pause between runs")
@@ -158,8 +166,10 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		}
 	}
 	switch {
-	case o.pairs < 1 || o.pairs > 50:
-		return o, usageError("-pairs must be 1..50")
+	case o.pairs < 1 || o.pairs > maxPairs:
+		return o, usageError(fmt.Sprintf("-pairs must be 1..%d", maxPairs))
+	case o.spread < 0 || o.spread > 10:
+		return o, usageError("-spread must be 0..10")
 	case o.duration < time.Second || o.duration > 10*time.Minute || o.duration%time.Second != 0:
 		return o, usageError("-d must be whole seconds from 1s to 10m (wrk and pgbench take seconds)")
 	case o.warmup < 0 || o.warmup > 10*time.Minute || o.warmup%time.Second != 0:
@@ -227,6 +237,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	opts, err := parseOptions(args, stderr)
 	if err != nil {
 		return err
+	}
+	if opts.chart != "" {
+		return redrawChart(opts.chart, stdout)
 	}
 	b := &bench{opts: opts, key: newAPIKey(), servers: map[string]*server{}, stderr: stderr}
 	logf := func(format string, a ...any) { fmt.Fprintf(stderr, "sheba-bench: "+format+"\n", a...) }
@@ -311,7 +324,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 			runnable++
 		}
 	}
-	logf("%d scenario(s), %d pair(s) x %v after a %v warm-up per side: about %v of load",
+	logf("%d scenario(s), %d pair(s) x %v after a %v warm-up per side: about %v of load, plus the reruns of noisy rows",
 		runnable, opts.pairs, opts.duration, opts.warmup, budget(opts, runnable).Round(time.Second))
 
 	logf("Postgres of scripts/pg.sh on 127.0.0.1:%d (%s)", b.pg.port, b.bins.pgBindir)
@@ -358,6 +371,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 			return err
 		}
 	}
+	rep.judgeAll()
 	rep.Finished = time.Now().UTC()
 
 	path, err := writeReport(filepath.Join(b.repo, opts.resultsDir), rep)
@@ -368,6 +382,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	fmt.Fprint(stdout, renderWebhookTable(rep.Webhooks))
 	rel, _ := filepath.Rel(b.repo, path)
 	fmt.Fprintf(stdout, "\nRaw numbers: %s (took %v)\n", rel, rep.Finished.Sub(rep.Started).Round(time.Second))
+	if svg, err := writeChart(path, rep); err != nil {
+		return err
+	} else if svg != "" {
+		rel, _ := filepath.Rel(b.repo, svg)
+		fmt.Fprintf(stdout, "Chart: %s\n", rel)
+	}
 	return nil
 }
 
@@ -596,7 +616,31 @@ func (b *bench) runScenario(ctx context.Context, s scenario) (scenarioReport, er
 			}
 		}
 	}
-	for pair := range b.opts.pairs {
+	if err := b.runPairs(ctx, &sr, sides, loads, srvs, hooks, env, b.opts.pairs); err != nil {
+		return sr, err
+	}
+	if rr := rerunFor(sr, b.opts.pairs, b.opts.spread); rr != nil {
+		// A noisy row (a neighbour's burst, a pause) is measured again with
+		// more pairs, once, rather than reported as it is.
+		fmt.Fprintf(b.stderr, "sheba-bench:   pair ratios %s spread %.0f%% (over %.0f%%): measuring again with %d pairs\n", span(rr.FirstRatios), rr.Spread*100, rr.Limit*100, rr.Pairs)
+		for i := range sr.Sides {
+			sr.Sides[i].Runs = nil
+		}
+		if err := b.runPairs(ctx, &sr, sides, loads, srvs, hooks, env, rr.Pairs); err != nil {
+			return sr, err
+		}
+		sr.Rerun = rr
+	}
+	sr.Figures = s.figures(sr)
+	fmt.Fprintf(b.stderr, "sheba-bench:   %s %s vs %s %s CPU/req: ratio %.2f; %.0f/s vs %.0f/s: ratio %.2f\n",
+		sr.Sides[0].Label, fmtMs(sr.Sides[0].Summary.CPUPerReqUS/1000), sr.Sides[1].Label, fmtMs(sr.Sides[1].Summary.CPUPerReqUS/1000), sr.CPURatio,
+		sr.Sides[0].Summary.Rate, sr.Sides[1].Summary.Rate, sr.Ratio)
+	return sr, nil
+}
+
+// runPairs runs n pairs A B A B ... into sr's sides and summarizes them.
+func (b *bench) runPairs(ctx context.Context, sr *scenarioReport, sides []side, loads []load, srvs, hooks []*server, env loadEnv, n int) error {
+	for pair := range n {
 		for i := range sides {
 			r, err := b.measure(ctx, env, loads[i], srvs[i], hooks[i], sides[i].hookMayCache)
 			if err != nil && ctx.Err() == nil {
@@ -609,26 +653,23 @@ func (b *bench) runScenario(ctx context.Context, s scenario) (scenarioReport, er
 					// Something outside the driver ended it: start it again.
 					delete(b.servers, sides[i].server)
 					if srvs[i], err = b.ensureServer(ctx, sides[i].server); err != nil {
-						return sr, err
+						return err
 					}
 					loads[i] = sides[i].load(srvs[i])
 				}
 				r, err = b.measure(ctx, env, loads[i], srvs[i], hooks[i], sides[i].hookMayCache)
 			}
 			if err != nil {
-				return sr, fmt.Errorf("pair %d, %s: %w", pair+1, sides[i].label, err)
+				return fmt.Errorf("pair %d, %s: %w", pair+1, sides[i].label, err)
 			}
 			sr.Sides[i].Runs = append(sr.Sides[i].Runs, r)
 			if err := sleep(ctx, b.opts.pause); err != nil {
-				return sr, err
+				return err
 			}
 		}
 	}
 	sr.summarize()
-	sr.Figures = s.figures(sr)
-	fmt.Fprintf(b.stderr, "sheba-bench:   %s %.0f/s vs %s %.0f/s: ratio %.2f\n",
-		sr.Sides[0].Label, sr.Sides[0].Summary.Rate, sr.Sides[1].Label, sr.Sides[1].Summary.Rate, sr.Ratio)
-	return sr, nil
+	return nil
 }
 
 // measure runs one load and records the server's peak RSS during it, the

@@ -39,6 +39,13 @@ type scenarioReport struct {
 	P99Ratio  float64   `json:"p99_ratio,omitempty"`
 	// Retries lists the runs that failed once and were run again.
 	Retries []string `json:"retries,omitempty"`
+	// Spread is pairSpread of the pair ratios of the row's primary measure
+	// (primaryMeasure); Rerun, when set, says the first attempt spread more
+	// than -spread, and the row is of its rerun.
+	Spread float64      `json:"spread"`
+	Rerun  *rerunReport `json:"rerun,omitempty"`
+	// Goal is what the row is judged on (goals), when it has one.
+	Goal *goal `json:"goal,omitempty"`
 	// Figures are the scenario's goals and, for a row whose B is A without
 	// one thing, what A adds (scenario.figures); the note under the table
 	// prints them.
@@ -188,6 +195,7 @@ func (s *scenarioReport) summarize() {
 		}
 	}
 	s.Ratio, s.P99Ratio, s.CPURatio = median(s.Ratios), median(s.P99Ratios), median(s.CPURatios)
+	s.Spread = pairSpread(s.pairRatios(primaryMeasure(*s)))
 }
 
 // cpuPerReq is the server CPU time of a run per request, in seconds; 0
@@ -199,8 +207,17 @@ func cpuPerReq(r result) float64 {
 	return r.CPUServerSec / float64(r.Requests)
 }
 
-// spread shows the lowest and highest of the pair ratios.
-func spread(xs []float64) string {
+// ratioCell is a ratio column's cell: the median of the pair ratios xs,
+// bold for the ratio the row is judged on, and their span.
+func ratioCell(median float64, xs []float64, bold bool) string {
+	if bold {
+		return fmt.Sprintf("**%.2f** (%s)", median, span(xs))
+	}
+	return fmt.Sprintf("%.2f (%s)", median, span(xs))
+}
+
+// span shows the lowest and highest of the pair ratios.
+func span(xs []float64) string {
 	if len(xs) == 0 {
 		return "–"
 	}
@@ -233,39 +250,51 @@ func renderTable(rep report) string {
 	fmt.Fprintf(&b, "\n### sheba load benchmark — %s%s, %s\n\n", m.ShebaCommit, map[bool]string{true: "-dirty", false: ""}[m.ShebaDirty], rep.Started.Format("2006-01-02 15:04 UTC"))
 	fmt.Fprintf(&b, "%d× %s, %s, %s, Linux %s · %s · medians of %v runs of %v per side, alternated A B A B after a %v warm-up · keep-alive, closed loop, concurrency %v\n\n",
 		m.Cores, m.CPUModel, m.MemTotal, m.GoVersion, m.Kernel, pin, pairs, dur, warm, rep.Options["concurrency"])
-	b.WriteString("| scenario | side (load) | req/s | p50 | p99 | errors by status | CPU srv / gen | CPU/req | peak RSS | ratio |\n")
-	b.WriteString("|---|---|--:|--:|--:|---|--:|--:|--:|--:|\n")
+	b.WriteString("| scenario | side (load) | CPU/req | req/s | p50 | p99 | errors by status | CPU srv / gen | peak RSS | CPU/req ratio | req/s ratio | goal |\n")
+	b.WriteString("|---|---|--:|--:|--:|--:|---|--:|--:|--:|--:|---|\n")
+	byName := rep.rowsByName()
+	rerunLimit := 0.0
 	for _, s := range rep.Scenarios {
 		if s.Unavailable != "" {
-			fmt.Fprintf(&b, "| %s | %s | | | | | | | | |\n", s.Name, s.Unavailable)
+			fmt.Fprintf(&b, "| %s | %s | | | | | | | | | | |\n", s.Name, s.Unavailable)
 			continue
 		}
 		for i, sd := range s.Sides {
-			name, ratio := "", ""
+			name, cpuRatio, rateRatio, goalCell := "", "", "", ""
 			if i == 0 {
 				name = s.Name
 				if s.ByOK {
 					name += fmt.Sprintf(" (c=%d, 2xx/s, p50/p99 of 2xx)", s.Concurrency)
 				}
-				ratio = fmt.Sprintf("**%.2f** (%s)", s.Ratio, spread(s.Ratios))
-				if s.genBound() {
-					ratio += " †"
+				if s.Rerun != nil {
+					name += " ‡ " + s.Rerun.String()
+					rerunLimit = s.Rerun.Limit
 				}
+				primary := primaryMeasure(s)
+				cpuRatio = ratioCell(s.CPURatio, s.CPURatios, primary == measureCPU)
+				rateRatio = ratioCell(s.Ratio, s.Ratios, primary == measureRate)
+				if s.genBound() {
+					rateRatio += " †"
+				}
+				goalCell = judge(s, byName).String()
 			}
 			rss := "n/a"
 			if sd.Summary.PeakRSSKiB > 0 {
 				rss = fmt.Sprintf("%.0f MiB", float64(sd.Summary.PeakRSSKiB)/1024)
 			}
-			fmt.Fprintf(&b, "| %s | %s (%s) | %s | %s | %s | %s | %s / %s | %s | %s | %s |\n",
-				name, sd.Label, sd.Tool, fmtRate(sd.Summary.Rate), fmtMs(sd.Summary.P50ms), fmtMs(sd.Summary.P99ms),
+			fmt.Fprintf(&b, "| %s | %s (%s) | %s | %s | %s | %s | %s | %s / %s | %s | %s | %s | %s |\n",
+				name, sd.Label, sd.Tool, fmtMs(sd.Summary.CPUPerReqUS/1000), fmtRate(sd.Summary.Rate), fmtMs(sd.Summary.P50ms), fmtMs(sd.Summary.P99ms),
 				fmtErrors(sd.Summary.Errors), fmtPct(sd.Summary.CPUServer), fmtPct(sd.Summary.CPULoadgen),
-				fmtMs(sd.Summary.CPUPerReqUS/1000), rss, ratio)
+				rss, cpuRatio, rateRatio, goalCell)
 		}
 	}
-	b.WriteString("\nratio: sheba's req/s over the baseline's (login-overload: goodput of the shedding server over the unshed one), median of the pairs, with the lowest and highest pair in parentheses: a wide spread means a noisy run (raise -pairs). CPU srv: the server process plus Postgres, in shares of one CPU; gen: the load generator. CPU/req: server CPU time per request.")
+	b.WriteString("\nCPU/req: server CPU time (the server process and Postgres) per request, the primary figure: its ratio is sheba's over the baseline's (lower is better) and the goals of issue 23 bound it. req/s ratio: sheba's req/s over the baseline's (login-overload: goodput of the shedding server over the unshed one; higher is better). Each ratio is the median of the pairs, the lowest and highest pair in parentheses; the one in bold is the row's goal's (else CPU/req, or goodput for an overload row). CPU srv: the server process plus Postgres, in shares of one CPU; gen: the load generator.")
+	if rerunLimit > 0 {
+		fmt.Fprintf(&b, " ‡: the first pairs' ratios (the bold measure) spread more than %s (the highest over the lowest, less one), so the row was measured again with twice the pairs, once; it shows the rerun, the JSON the first ratios too.", fmtPct(rerunLimit))
+	}
 	for _, s := range rep.Scenarios {
 		if s.genBound() {
-			fmt.Fprintf(&b, " †: the baseline server used less than %.0f%% of its CPU, so something else (the load generator, or other processes) limited it; it may be faster than measured, and the CPU per request (column CPU/req) compares the two better.", saturatedCPU*100)
+			fmt.Fprintf(&b, " †: the baseline server used less than %.0f%% of its CPU, so something else (the load generator, or other processes) limited it; it may be faster than measured, and the CPU per request compares the two better.", saturatedCPU*100)
 			break
 		}
 	}
@@ -280,34 +309,29 @@ func renderTable(rep report) string {
 func notes(rep report) []string {
 	var out []string
 	byName := map[string]scenarioReport{}
-	worst := scenarioReport{Ratio: math.Inf(1)}
+	worst := scenarioReport{CPURatio: math.Inf(-1)}
 	for _, s := range rep.Scenarios {
 		if s.Unavailable != "" || len(s.Sides) != 2 {
 			continue
 		}
 		byName[s.Name] = s
-		if s.Name != "login-overload" && s.Ratio < worst.Ratio {
+		if !s.ByOK && s.CPURatio > worst.CPURatio {
 			worst = s
 		}
 	}
 	if worst.Name != "" {
-		out = append(out, fmt.Sprintf("largest gap to a baseline: %s at %.2f× %s (%s vs %s req/s)",
-			worst.Name, worst.Ratio, worst.Sides[1].Label, fmtRate(worst.Sides[0].Summary.Rate), fmtRate(worst.Sides[1].Summary.Rate)))
+		out = append(out, fmt.Sprintf("largest cost over a baseline: %s at %.2f× the CPU per request of %s (%s vs %s; req/s ratio %.2f)",
+			worst.Name, worst.CPURatio, worst.Sides[1].Label, fmtMs(worst.Sides[0].Summary.CPUPerReqUS/1000), fmtMs(worst.Sides[1].Summary.CPUPerReqUS/1000), worst.Ratio))
 	}
-	for _, s := range rep.Scenarios {
-		if s.genBound() && s.CPURatio > 0 {
-			out = append(out, fmt.Sprintf("%s †: the baseline server was not saturated (%s of its CPU); per request sheba used %s of server CPU vs %s, %.2f× as much",
-				s.Name, fmtPct(s.Sides[1].Summary.CPUServer), fmtMs(s.Sides[0].Summary.CPUPerReqUS/1000), fmtMs(s.Sides[1].Summary.CPUPerReqUS/1000), s.CPURatio))
-		}
-	}
-	if e, ok := byName["error-rest"]; ok {
-		if p, ok := byName["ping-rest"]; ok && p.Sides[0].Summary.Rate > 0 {
-			out = append(out, fmt.Sprintf("error path vs success path (sheba error-rest / ping-rest): %.2f", e.Sides[0].Summary.Rate/p.Sides[0].Summary.Rate))
-		}
-	}
-	if t, ok := byName["ping-rest-traced"]; ok {
-		if p, ok := byName["ping-rest"]; ok && p.Sides[0].Summary.Rate > 0 {
-			out = append(out, fmt.Sprintf("tracing always on (sheba traced / untraced ping-rest): %.2f", t.Sides[0].Summary.Rate/p.Sides[0].Summary.Rate))
+	for _, c := range []struct{ name, what string }{
+		{"error-rest", "error path vs success path (sheba error-rest / ping-rest)"},
+		{"ping-rest-traced", "tracing always on (sheba traced / untraced ping-rest)"},
+	} {
+		if e, ok := byName[c.name]; ok {
+			if p, ok := byName["ping-rest"]; ok && p.Sides[0].Summary.Rate > 0 && p.Sides[0].Summary.CPUPerReqUS > 0 {
+				out = append(out, fmt.Sprintf("%s: CPU/req %.2f×, req/s %.2f", c.what,
+					e.Sides[0].Summary.CPUPerReqUS/p.Sides[0].Summary.CPUPerReqUS, e.Sides[0].Summary.Rate/p.Sides[0].Summary.Rate))
+			}
 		}
 	}
 	if l, ok := byName["login-overload"]; ok {

@@ -39,15 +39,9 @@ type scenario struct {
 	// unavailable, when set, says why the scenario cannot run with this
 	// build; the table shows the reason instead of numbers.
 	unavailable string
-	// goal and moonshot, when set, are the least ratio the issue asks for
-	// and the one it hopes for; the note under the table checks them.
-	goal, moonshot float64
 	// added: B is A without one thing (the hook), so the note and the JSON
 	// give what A adds per request: server CPU, p50 and p99.
 	added bool
-	// cpuGoal, when set, is the most A's server CPU per request may be of
-	// B's; the note under the table checks it.
-	cpuGoal float64
 }
 
 // Server keys of bench.servers.

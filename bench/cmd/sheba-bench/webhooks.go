@@ -91,11 +91,7 @@ var goalSigns = map[string]string{"<=": "≤", ">=": "≥", "==": "="}
 func (f figure) String() string {
 	s := fmt.Sprintf("%s %s%s", f.Name, fmtFigure(f.Value), f.Unit)
 	if f.Met != nil {
-		mark := "✗"
-		if *f.Met {
-			mark = "✓"
-		}
-		s += fmt.Sprintf(" (goal %s %s%s %s)", goalSigns[f.Goal], fmtFigure(f.Bound), f.Unit, mark)
+		s += fmt.Sprintf(" (goal %s %s%s %s)", goalSigns[f.Goal], fmtFigure(f.Bound), f.Unit, mark(*f.Met))
 	}
 	return s
 }

@@ -90,7 +90,7 @@ func (e *webhookEnv) writeCost(ctx context.Context, template string) (webhookRep
 			ratios[k] = percentileMs(lat[k][last], p) / percentileMs(lat[k][0], p)
 		}
 		rep.Figures = append(rep.Figures, goalFig(
-			fmt.Sprintf("p%.0f with %d over p%.0f with 0, median of %d rounds (%s)", p, writeCostCounts[last], p, len(lat), spread(ratios)),
+			fmt.Sprintf("p%.0f with %d over p%.0f with 0, median of %d rounds (%s)", p, writeCostCounts[last], p, len(lat), span(ratios)),
 			round2(median(ratios)), "×", "<=", 1.2))
 	}
 	return rep, nil

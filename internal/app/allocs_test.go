@@ -1,0 +1,62 @@
+package app
+
+import (
+	"fmt"
+	"testing"
+)
+
+// allocGoals are the most allocations per call that sheba's hot paths may
+// make (issue 23): a count, unlike a time, is the same on every machine, so
+// a regression fails make test anywhere. Each goal runs the body of the
+// sub-benchmark it names.
+var allocGoals = []struct {
+	name  string // the benchmark, as go test -bench names it
+	max   int64  // allocs/op
+	bench func(tb testing.TB) benchCase
+}{
+	{"BenchmarkGatewayJSON/ping", 70, func(tb testing.TB) benchCase { return benchCaseNamed(tb, gatewayJSONBenchCases(tb), "ping") }},
+	{"BenchmarkGRPCPing/sheba", 155, func(tb testing.TB) benchCase { return benchCaseNamed(tb, grpcPingBenchCases(tb), "sheba") }},
+	// The last row of BenchmarkChain: every link.
+	{"BenchmarkChain/full", 10, func(tb testing.TB) benchCase { cases := chainBenchCases(tb); return cases[len(cases)-1] }},
+}
+
+// TestAllocationGoals fails when a benchmark of allocGoals allocates more
+// per call than its goal. It runs each body with testing.Benchmark (about a
+// second each), not under -race, where sync.Pool drops items at random and
+// the counts drift, nor under -short.
+func TestAllocationGoals(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts drift under -race (sync.Pool drops items at random); run without -race: go test -run TestAllocationGoals ./internal/app")
+	}
+	if testing.Short() {
+		t.Skip("runs three benchmarks: skipped with -short")
+	}
+	for _, g := range allocGoals {
+		t.Run(g.name, func(t *testing.T) {
+			bc := g.bench(t)
+			r := testing.Benchmark(bc.run)
+			if r.N == 0 {
+				t.Fatalf("%s failed (testing.Benchmark drops its message): go test -run '^$' -bench '%s' ./internal/app shows it", g.name, g.name)
+			}
+			got := r.AllocsPerOp()
+			msg := fmt.Sprintf("%s: %d allocs/op (%d B/op over %d calls), goal ≤ %d", g.name, got, r.AllocedBytesPerOp(), r.N, g.max)
+			if got > g.max {
+				t.Error(msg)
+			} else {
+				t.Log(msg)
+			}
+		})
+	}
+}
+
+// benchCaseNamed is the case of cases called name.
+func benchCaseNamed(tb testing.TB, cases []benchCase, name string) benchCase {
+	tb.Helper()
+	for _, c := range cases {
+		if c.name == name {
+			return c
+		}
+	}
+	tb.Fatalf("no sub-benchmark %q", name)
+	return benchCase{}
+}

@@ -83,10 +83,25 @@ func New(st *store.Store, opts Options) (*Services, error) {
 
 // Register registers every service on r.
 func (s *Services) Register(r grpc.ServiceRegistrar) {
-	shebav1.RegisterPingServiceServer(r, s.ping)
-	shebav1.RegisterAccountServiceServer(r, s.account)
-	shebav1.RegisterSubscriptionServiceServer(r, s.subscription)
-	shebav1.RegisterWebhookServiceServer(r, s.webhook)
+	for _, svc := range s.services() {
+		r.RegisterService(svc.desc, svc.impl)
+	}
+}
+
+// service is a service's description and its implementation.
+type service struct {
+	desc *grpc.ServiceDesc
+	impl any
+}
+
+// services are the services, in the order of descs.
+func (s *Services) services() []service {
+	return []service{
+		{&shebav1.PingService_ServiceDesc, s.ping},
+		{&shebav1.AccountService_ServiceDesc, s.account},
+		{&shebav1.SubscriptionService_ServiceDesc, s.subscription},
+		{&shebav1.WebhookService_ServiceDesc, s.webhook},
+	}
 }
 
 // descs lists the services, for what is said of them below.

@@ -38,7 +38,9 @@ type inprocMethod struct {
 }
 
 // NewChannel returns a Channel whose calls pass interceptor (the chain)
-// before the handler.
+// before the handler. With interceptor nil the handlers are called as
+// registered: sheba's bring the chain themselves
+// (server.Services.RegisterChained).
 func NewChannel(interceptor grpc.UnaryServerInterceptor) *Channel {
 	return &Channel{interceptor: interceptor, methods: map[string]inprocMethod{}}
 }

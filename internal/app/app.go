@@ -9,8 +9,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -218,8 +216,8 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 		return err
 	}
 	a.streams = drain.New()
-	a.grpc = newGRPCServer(cfg, chain, a.streams, tp, a.certs)
-	services.Register(a.grpc)
+	a.grpc = newGRPCServer(cfg, a.streams, tp, a.certs)
+	services.RegisterChained(a.grpc, chain)
 	healthpb.RegisterHealthServer(a.grpc, a.health.Service())
 	if cfg.GRPC.Reflection {
 		reflection.Register(a.grpc)
@@ -231,11 +229,11 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 	// Not a.grpc itself, because GracefulStop ends such calls at once
 	// (grpc-go drains a ServeHTTP call by closing it): this one stops after
 	// the HTTP server has let its requests finish (stopServers).
-	a.browser = newGRPCServer(cfg, chain, a.streams, tp, nil)
-	services.Register(a.browser)
+	a.browser = newGRPCServer(cfg, a.streams, tp, nil)
+	services.RegisterChained(a.browser, chain)
 
-	channel := gateway.NewChannel(chain)
-	services.Register(channel)
+	channel := gateway.NewChannel(nil)
+	services.RegisterChained(channel, chain)
 	rest, err := gateway.New(ctx, channel, gateway.Options{
 		MaxBodyBytes:        cfg.HTTP.MaxBodyBytes,
 		MaxConcurrentBodies: cfg.HTTP.MaxConcurrentBodies,
@@ -333,22 +331,15 @@ func newAuthenticator(c config.Auth, m *metrics.Metrics) (*apikey.Authenticator,
 	return apikey.New(keys, c.Public, apikey.WithOnReject(m.Rejected(metrics.ReasonUnauthenticated))), ids, nil
 }
 
-// newGRPCServer returns the grpc.Server with the chain on the sheba.v1
-// services, messages bounded to http.max_body_bytes, the limits of
-// grpcLimits, every stream ended by streams at shutdown, and a span per call
-// when tp is not nil.
-func newGRPCServer(cfg config.Config, chain grpc.UnaryServerInterceptor, streams *drain.Drainer, tp trace.TracerProvider, certs *certreload.Reloader) *grpc.Server {
-	business := map[string]bool{}
-	for _, name := range server.ServiceNames() {
-		business[name] = true
-	}
+// newGRPCServer returns the grpc.Server for the sheba.v1 services, which
+// bring the chain themselves (server.Services.RegisterChained), with
+// messages bounded to http.max_body_bytes, the limits of grpcLimits, every
+// stream ended by streams at shutdown, and a span per call when tp is not
+// nil. It has no unary interceptor: grpc.health.v1 (and reflection) answer
+// without a key, limits or shedding, like the operator endpoints on HTTP,
+// so probes work under any load.
+func newGRPCServer(cfg config.Config, streams *drain.Drainer, tp trace.TracerProvider, certs *certreload.Reloader) *grpc.Server {
 	opts := []grpc.ServerOption{
-		// The chain is for business calls only: grpc.health.v1 (and
-		// reflection) answer without a key, limits or shedding, like the
-		// operator endpoints on HTTP, so probes work under any load.
-		grpc.UnaryInterceptor(selector.UnaryServerInterceptor(chain, selector.MatchFunc(
-			func(_ context.Context, c interceptors.CallMeta) bool { return business[c.Service] },
-		))),
 		// Streams (health Watch, reflection) never end by themselves:
 		// shutdown ends them so that the drain can finish.
 		grpc.StreamInterceptor(streams.StreamServerInterceptor()),

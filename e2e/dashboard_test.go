@@ -23,13 +23,13 @@ import (
 	"github.com/shebasvc/sheba/interceptors/ratelimit/redislimit/redistest"
 )
 
-// The operator pack's dashboard and recording rules (CONTRACT §14).
+// The operator pack's dashboard and recording rules (docs/observability.md, the dashboard).
 const (
 	dashboardFile = "../deploy/grafana/sheba.json"
 	rulesFile     = "../deploy/prometheus/rules.yaml"
 )
 
-// dashboardMetrics are the metrics the dashboard must show (CONTRACT §14);
+// dashboardMetrics are the metrics the dashboard must show (docs/observability.md, the dashboard);
 // a name ending in "_" stands for every family with that prefix that a
 // live sheba exposes.
 var dashboardMetrics = []string{
@@ -178,7 +178,7 @@ func TestDashboard(t *testing.T) {
 		}
 	}
 	if len(unshown) > 0 {
-		// Not an error: the dashboard shows what CONTRACT §14 lists,
+		// Not an error: the dashboard shows what docs/observability.md lists,
 		// and may leave out what only some set-ups have.
 		slices.Sort(unshown)
 		t.Logf("sheba metrics no panel shows: %s", strings.Join(unshown, " "))

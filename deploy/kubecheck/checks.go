@@ -501,7 +501,7 @@ func joinAnd(parts []string) string {
 // and sheba listens on, that liveness asks only /livez (which never looks
 // at Postgres) and that readiness asks sheba's readiness (/readyz or gRPC
 // health). With srv (the config, when it could be judged) it also checks
-// that each probe speaks what its port serves (CONTRACT §12): the kubelet's
+// that each probe speaks what its port serves (docs/tls.md): the kubelet's
 // probes get no answer in plaintext from a TLS-only port, none in TLS from
 // the operator port, and none from a port whose handshake wants a client
 // certificate the probe does not present.

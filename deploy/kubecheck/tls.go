@@ -22,7 +22,7 @@ import (
 	"github.com/shebasvc/sheba/config"
 )
 
-// tlsFiles are the settings of CONTRACT §12 that name files, with the
+// tlsFiles are the TLS settings (docs/tls.md) that name files, with the
 // variables that override them. The key file is the one secret among them.
 var tlsFiles = []struct {
 	key, env string
@@ -37,7 +37,7 @@ var tlsFiles = []struct {
 const operatorAddrEnv = "SHEBA_OPERATOR_ADDR"
 
 // served is what sheba serves by its config: the loaded config, and the
-// settings of CONTRACT §12, which kubecheck reads from the file and the
+// TLS settings (docs/tls.md), which kubecheck reads from the file and the
 // environment itself. It needs the TLS paths before sheba judges the
 // config, to stand in for the Secret's files, and the config package of
 // this repository may not know the section yet.
@@ -98,7 +98,7 @@ func (s served) listenerOn(port int32) (listener, bool) {
 	return listener{}, false
 }
 
-// readServed reads the settings of CONTRACT §12 from the config file and
+// readServed reads the TLS settings (docs/tls.md) from the config file and
 // the container's environment, as config.Load would: a variable that is
 // set and not empty wins over the file. A file that is not YAML sets
 // nothing here; sheba config check reports it.

@@ -1,6 +1,6 @@
 // Package certreload serves TLS from certificate files that change while
 // sheba runs, as a Kubernetes Secret volume does when the Secret is updated
-// (CONTRACT §12).
+// (docs/tls.md).
 //
 // New reads the certificate, its key and the optional client CA once, and
 // returns a *KeyError naming the config key of the first file that is

@@ -239,7 +239,7 @@ func (b *browser) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case !known:
 		// A path the API has not, answered as REST answers one
-		// (CONTRACT: an unknown path is 404); the clients of both
+		// (docs/api.md: an unknown path is 404); the clients of both
 		// protocols read a 404 as unimplemented.
 		writeError(b.gw, w, r, errRouteNotFound)
 		return

@@ -10,8 +10,6 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
-
-	"github.com/shebasvc/sheba/internal/mdset"
 )
 
 // Channel is the gateway's connection to the services: a
@@ -221,12 +219,12 @@ func (c *Channel) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.C
 
 // inprocStream collects the response metadata a handler sets with
 // grpc.SetHeader, grpc.SendHeader and grpc.SetTrailer, copying none of it
-// (mdset).
+// (mdSet).
 type inprocStream struct {
 	method string
 
 	mu              sync.Mutex
-	header, trailer mdset.Set
+	header, trailer mdSet
 }
 
 func (s *inprocStream) Method() string { return s.method }

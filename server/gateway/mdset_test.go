@@ -1,4 +1,4 @@
-package mdset
+package gateway
 
 import (
 	"testing"
@@ -7,10 +7,10 @@ import (
 	"google.golang.org/grpc/metadata"
 )
 
-// TestSet checks metadata added several times: every value kept in order,
+// TestMDSet checks metadata added several times: every value kept in order,
 // and no caller's metadata changed.
-func TestSet(t *testing.T) {
-	var s Set
+func TestMDSet(t *testing.T) {
+	var s mdSet
 	if s.MD() != nil {
 		t.Errorf("empty Set: got %v", s.MD())
 	}

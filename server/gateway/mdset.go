@@ -1,9 +1,4 @@
-// Package mdset collects the response metadata a call sets in several
-// steps (grpc.SetHeader, grpc.SetTrailer) without copying it each time, as
-// metadata.Join, which grpc-go's stream calls on every SetHeader, does: the
-// chain sets headers in several links, and each copy was allocations of
-// every call.
-package mdset
+package gateway
 
 import (
 	"slices"
@@ -11,21 +6,23 @@ import (
 	"google.golang.org/grpc/metadata"
 )
 
-// Set is the metadata set so far; the zero Set is empty. The metadata of
-// the first call with any is kept as it is, and only a second one makes a
-// map of the Set's own, where the values of a key set once are still the
+// mdSet collects the response metadata of an in-process call, set in
+// several steps (grpc.SetHeader, grpc.SetTrailer), without copying it each
+// time as metadata.Join does: each copy was allocations of every REST
+// call. The zero mdSet is empty. The metadata of the first call with any is kept as it is, and only a second one makes a
+// map of the mdSet's own, where the values of a key set once are still the
 // slice the caller gave, clipped so that a value added later to that key
 // goes to a slice of its own. So a caller must hand Add metadata made for
 // the call and never change it after, as every link of the chain does
 // (grpc-go copies it, for callers that might), and a reader of MD must
 // only read it.
-type Set struct {
+type mdSet struct {
 	md  metadata.MD
-	own bool // md is the Set's, not a caller's
+	own bool // md is the mdSet's, not a caller's
 }
 
 // Add adds the values of md.
-func (s *Set) Add(md metadata.MD) {
+func (s *mdSet) Add(md metadata.MD) {
 	switch {
 	case len(md) == 0:
 		return
@@ -49,4 +46,4 @@ func (s *Set) Add(md metadata.MD) {
 }
 
 // MD returns the metadata set, nil if none.
-func (s *Set) MD() metadata.MD { return s.md }
+func (s *mdSet) MD() metadata.MD { return s.md }

@@ -53,7 +53,7 @@ type HTTP struct {
 	// Addr is the host:port to listen on.
 	Addr string `yaml:"addr"`
 	// MaxBodyBytes bounds a request body after decompression, and a gRPC
-	// message.
+	// message; at most MaxBodyBytesLimit.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 	// ReadHeaderTimeout bounds the time a client may take to send a
 	// request's headers.
@@ -64,9 +64,8 @@ type HTTP struct {
 	// IdleTimeout is how long a kept-alive connection may wait for its next
 	// request.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
-	// MaxConcurrentBodies bounds the request bodies read and decoded at
-	// once, before the API key is checked; the rest wait a moment, then
-	// are answered 429.
+	// MaxConcurrentBodies bounds the request bodies of keyed calls read
+	// and decoded at once; the rest wait a moment, then are answered 429.
 	MaxConcurrentBodies int `yaml:"max_concurrent_bodies"`
 	// CORS grants web pages of other origins the API.
 	CORS CORS `yaml:"cors"`

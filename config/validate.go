@@ -34,6 +34,12 @@ func (c Config) check() *Error {
 	checks := []func() *Error{
 		func() *Error { return checkAddr("http.addr", c.HTTP.Addr) },
 		func() *Error { return atLeast("http.max_body_bytes", c.HTTP.MaxBodyBytes, 1) },
+		func() *Error {
+			if n := c.HTTP.MaxBodyBytes; n > MaxBodyBytesLimit {
+				return bad("http.max_body_bytes", "must be at most %d (64 MiB), got %d", MaxBodyBytesLimit, n)
+			}
+			return nil
+		},
 		func() *Error { return positive("http.read_header_timeout", c.HTTP.ReadHeaderTimeout) },
 		func() *Error { return positive("http.read_timeout", c.HTTP.ReadTimeout) },
 		func() *Error {
@@ -197,6 +203,11 @@ func (p Paging) Key() []byte {
 	}
 	return b
 }
+
+// MaxBodyBytesLimit is the most http.max_body_bytes may be: 64 MiB, far
+// above any request of the API, and a bound the gateway's arithmetic on
+// it relies on (server/gateway refuses more).
+const MaxBodyBytesLimit = 64 << 20
 
 // bad returns an *Error for key.
 func bad(key, format string, args ...any) *Error {

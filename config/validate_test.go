@@ -30,6 +30,7 @@ func TestValidate(t *testing.T) {
 			},
 		},
 		{name: "no public methods", change: func(c *Config) { c.Auth.Public = nil }},
+		{name: "bodies of 64 MiB", change: func(c *Config) { c.HTTP.MaxBodyBytes = 64 << 20 }},
 		{name: "adaptive", change: func(c *Config) { c.Limits.Adaptive, c.Limits.MinInflight, c.Limits.MaxInflight = true, 4, 4 }},
 		{name: "min above max without adaptive", change: func(c *Config) { c.Limits.MinInflight, c.Limits.MaxInflight = 8, 2 }},
 		{name: "login throttle off", change: func(c *Config) { c.Limits.LoginFailures.Max = 0 }},
@@ -71,6 +72,18 @@ func TestValidate(t *testing.T) {
 			change:  func(c *Config) { c.HTTP.MaxBodyBytes = 0 },
 			wantKey: "http.max_body_bytes",
 			wantMsg: "http.max_body_bytes: must be at least 1, got 0",
+		},
+		{
+			name:    "http.max_body_bytes over 64 MiB",
+			change:  func(c *Config) { c.HTTP.MaxBodyBytes = 64<<20 + 1 },
+			wantKey: "http.max_body_bytes",
+			wantMsg: "http.max_body_bytes: must be at most 67108864 (64 MiB), got 67108865",
+		},
+		{
+			name:    "http.max_body_bytes near MaxInt64",
+			change:  func(c *Config) { c.HTTP.MaxBodyBytes = math.MaxInt64 },
+			wantKey: "http.max_body_bytes",
+			wantMsg: "http.max_body_bytes: must be at most 67108864 (64 MiB), got 9223372036854775807",
 		},
 		{
 			name:    "http.read_header_timeout",

@@ -133,12 +133,17 @@ type Limits struct {
 }
 
 // LoginFailures configures the login throttle (docs/api.md#login): after
-// Max failed logins for one username within Window, further logins for it
-// answer 429 LOGIN_THROTTLED until the window has passed.
+// Max failed logins of one caller (API key) for one username within
+// Window, further logins of that caller for it answer 429 LOGIN_THROTTLED
+// until the window has passed; after MaxAll of every caller, the logins of
+// all of them do.
 type LoginFailures struct {
-	// Max is the failed logins for one username a window allows; 0 turns
-	// the throttle off.
+	// Max is the failed logins of one caller for one username a window
+	// allows; 0 turns the throttle off.
 	Max int `yaml:"max"`
+	// MaxAll is the failed logins of every caller together for one
+	// username a window allows; 0 means 10 × Max.
+	MaxAll int `yaml:"max_all"`
 	// Window is how long the failures are counted from the first one, and
 	// so the longest a username stays throttled.
 	Window time.Duration `yaml:"window"`

@@ -88,6 +88,13 @@ func (c Config) check() *Error {
 			}
 			return nil
 		},
+		func() *Error {
+			f := c.Limits.LoginFailures
+			if f.MaxAll < 0 || (f.MaxAll > 0 && f.MaxAll < f.Max) {
+				return bad("limits.login_failures.max_all", "must be 0 (10 × limits.login_failures.max) or at least limits.login_failures.max (%d), got %d", f.Max, f.MaxAll)
+			}
+			return nil
+		},
 		// Retry-After counts whole seconds: a shorter window would be
 		// announced as longer than it is.
 		func() *Error {

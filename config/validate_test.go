@@ -34,6 +34,7 @@ func TestValidate(t *testing.T) {
 		{name: "adaptive", change: func(c *Config) { c.Limits.Adaptive, c.Limits.MinInflight, c.Limits.MaxInflight = true, 4, 4 }},
 		{name: "min above max without adaptive", change: func(c *Config) { c.Limits.MinInflight, c.Limits.MaxInflight = 8, 2 }},
 		{name: "login throttle off", change: func(c *Config) { c.Limits.LoginFailures.Max = 0 }},
+		{name: "login ceiling of one key's", change: func(c *Config) { c.Limits.LoginFailures.MaxAll = 10 }},
 		{name: "login throttle of one failure a second", change: func(c *Config) { c.Limits.LoginFailures = LoginFailures{Max: 1, Window: time.Second} }},
 		{name: "redis", change: func(c *Config) {
 			c.Redis.URL, c.Redis.Timeout = "redis://:secret@127.0.0.1:6379/1", 10*time.Millisecond
@@ -294,6 +295,18 @@ func TestValidate(t *testing.T) {
 			change:  func(c *Config) { c.Limits.LoginFailures.Max = -1 },
 			wantKey: "limits.login_failures.max",
 			wantMsg: "limits.login_failures.max: must be at least 0 (0 turns the login throttle off), got -1",
+		},
+		{
+			name:    "limits.login_failures.max_all negative",
+			change:  func(c *Config) { c.Limits.LoginFailures.MaxAll = -1 },
+			wantKey: "limits.login_failures.max_all",
+			wantMsg: "limits.login_failures.max_all: must be 0 (10 × limits.login_failures.max) or at least limits.login_failures.max (10), got -1",
+		},
+		{
+			name:    "limits.login_failures.max_all below max",
+			change:  func(c *Config) { c.Limits.LoginFailures.MaxAll = 9 },
+			wantKey: "limits.login_failures.max_all",
+			wantMsg: "limits.login_failures.max_all: must be 0 (10 × limits.login_failures.max) or at least limits.login_failures.max (10), got 9",
 		},
 		{
 			name:    "limits.login_failures.window",

@@ -53,7 +53,7 @@ type HTTP struct {
 	// Addr is the host:port to listen on.
 	Addr string `yaml:"addr"`
 	// MaxBodyBytes bounds a request body after decompression, and a gRPC
-	// message.
+	// message; at most MaxBodyBytesLimit.
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 	// ReadHeaderTimeout bounds the time a client may take to send a
 	// request's headers.
@@ -64,9 +64,8 @@ type HTTP struct {
 	// IdleTimeout is how long a kept-alive connection may wait for its next
 	// request.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
-	// MaxConcurrentBodies bounds the request bodies read and decoded at
-	// once, before the API key is checked; the rest wait a moment, then
-	// are answered 429.
+	// MaxConcurrentBodies bounds the request bodies of keyed calls read
+	// and decoded at once; the rest wait a moment, then are answered 429.
 	MaxConcurrentBodies int `yaml:"max_concurrent_bodies"`
 	// CORS grants web pages of other origins the API.
 	CORS CORS `yaml:"cors"`
@@ -134,12 +133,17 @@ type Limits struct {
 }
 
 // LoginFailures configures the login throttle (docs/api.md#login): after
-// Max failed logins for one username within Window, further logins for it
-// answer 429 LOGIN_THROTTLED until the window has passed.
+// Max failed logins of one caller (API key) for one username within
+// Window, further logins of that caller for it answer 429 LOGIN_THROTTLED
+// until the window has passed; after MaxAll of every caller, the logins of
+// all of them do.
 type LoginFailures struct {
-	// Max is the failed logins for one username a window allows; 0 turns
-	// the throttle off.
+	// Max is the failed logins of one caller for one username a window
+	// allows; 0 turns the throttle off.
 	Max int `yaml:"max"`
+	// MaxAll is the failed logins of every caller together for one
+	// username a window allows; 0 means 10 × Max.
+	MaxAll int `yaml:"max_all"`
 	// Window is how long the failures are counted from the first one, and
 	// so the longest a username stays throttled.
 	Window time.Duration `yaml:"window"`

@@ -34,6 +34,12 @@ func (c Config) check() *Error {
 	checks := []func() *Error{
 		func() *Error { return checkAddr("http.addr", c.HTTP.Addr) },
 		func() *Error { return atLeast("http.max_body_bytes", c.HTTP.MaxBodyBytes, 1) },
+		func() *Error {
+			if n := c.HTTP.MaxBodyBytes; n > MaxBodyBytesLimit {
+				return bad("http.max_body_bytes", "must be at most %d (64 MiB), got %d", MaxBodyBytesLimit, n)
+			}
+			return nil
+		},
 		func() *Error { return positive("http.read_header_timeout", c.HTTP.ReadHeaderTimeout) },
 		func() *Error { return positive("http.read_timeout", c.HTTP.ReadTimeout) },
 		func() *Error {
@@ -79,6 +85,13 @@ func (c Config) check() *Error {
 		func() *Error {
 			if n := c.Limits.LoginFailures.Max; n < 0 {
 				return bad("limits.login_failures.max", "must be at least 0 (0 turns the login throttle off), got %d", n)
+			}
+			return nil
+		},
+		func() *Error {
+			f := c.Limits.LoginFailures
+			if f.MaxAll < 0 || (f.MaxAll > 0 && f.MaxAll < f.Max) {
+				return bad("limits.login_failures.max_all", "must be 0 (10 × limits.login_failures.max) or at least limits.login_failures.max (%d), got %d", f.Max, f.MaxAll)
 			}
 			return nil
 		},
@@ -197,6 +210,11 @@ func (p Paging) Key() []byte {
 	}
 	return b
 }
+
+// MaxBodyBytesLimit is the most http.max_body_bytes may be: 64 MiB, far
+// above any request of the API, and a bound the gateway's arithmetic on
+// it relies on (server/gateway refuses more).
+const MaxBodyBytesLimit = 64 << 20
 
 // bad returns an *Error for key.
 func bad(key, format string, args ...any) *Error {

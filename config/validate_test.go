@@ -30,9 +30,11 @@ func TestValidate(t *testing.T) {
 			},
 		},
 		{name: "no public methods", change: func(c *Config) { c.Auth.Public = nil }},
+		{name: "bodies of 64 MiB", change: func(c *Config) { c.HTTP.MaxBodyBytes = 64 << 20 }},
 		{name: "adaptive", change: func(c *Config) { c.Limits.Adaptive, c.Limits.MinInflight, c.Limits.MaxInflight = true, 4, 4 }},
 		{name: "min above max without adaptive", change: func(c *Config) { c.Limits.MinInflight, c.Limits.MaxInflight = 8, 2 }},
 		{name: "login throttle off", change: func(c *Config) { c.Limits.LoginFailures.Max = 0 }},
+		{name: "login ceiling of one key's", change: func(c *Config) { c.Limits.LoginFailures.MaxAll = 10 }},
 		{name: "login throttle of one failure a second", change: func(c *Config) { c.Limits.LoginFailures = LoginFailures{Max: 1, Window: time.Second} }},
 		{name: "redis", change: func(c *Config) {
 			c.Redis.URL, c.Redis.Timeout = "redis://:secret@127.0.0.1:6379/1", 10*time.Millisecond
@@ -71,6 +73,18 @@ func TestValidate(t *testing.T) {
 			change:  func(c *Config) { c.HTTP.MaxBodyBytes = 0 },
 			wantKey: "http.max_body_bytes",
 			wantMsg: "http.max_body_bytes: must be at least 1, got 0",
+		},
+		{
+			name:    "http.max_body_bytes over 64 MiB",
+			change:  func(c *Config) { c.HTTP.MaxBodyBytes = 64<<20 + 1 },
+			wantKey: "http.max_body_bytes",
+			wantMsg: "http.max_body_bytes: must be at most 67108864 (64 MiB), got 67108865",
+		},
+		{
+			name:    "http.max_body_bytes near MaxInt64",
+			change:  func(c *Config) { c.HTTP.MaxBodyBytes = math.MaxInt64 },
+			wantKey: "http.max_body_bytes",
+			wantMsg: "http.max_body_bytes: must be at most 67108864 (64 MiB), got 9223372036854775807",
 		},
 		{
 			name:    "http.read_header_timeout",
@@ -281,6 +295,18 @@ func TestValidate(t *testing.T) {
 			change:  func(c *Config) { c.Limits.LoginFailures.Max = -1 },
 			wantKey: "limits.login_failures.max",
 			wantMsg: "limits.login_failures.max: must be at least 0 (0 turns the login throttle off), got -1",
+		},
+		{
+			name:    "limits.login_failures.max_all negative",
+			change:  func(c *Config) { c.Limits.LoginFailures.MaxAll = -1 },
+			wantKey: "limits.login_failures.max_all",
+			wantMsg: "limits.login_failures.max_all: must be 0 (10 × limits.login_failures.max) or at least limits.login_failures.max (10), got -1",
+		},
+		{
+			name:    "limits.login_failures.max_all below max",
+			change:  func(c *Config) { c.Limits.LoginFailures.MaxAll = 9 },
+			wantKey: "limits.login_failures.max_all",
+			wantMsg: "limits.login_failures.max_all: must be 0 (10 × limits.login_failures.max) or at least limits.login_failures.max (10), got 9",
 		},
 		{
 			name:    "limits.login_failures.window",

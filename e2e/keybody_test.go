@@ -208,27 +208,34 @@ func TestUnauthenticatedStallsDelayNoKeyedCall(t *testing.T) {
 	// Give the server the time to read their headers: with the old
 	// order, they would now hold every slot.
 	time.Sleep(200 * time.Millisecond)
-	client := &http.Client{Timeout: 10 * time.Second}
 	for i := range 3 {
-		body := `{"username":"stalled-` + strconv.Itoa(i) + `","password":"password1"}`
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, e.baseURL+"/v1/accounts", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("X-Api-Key", testKey)
-		start := time.Now()
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatalf("keyed create %d: %v", i, err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		took := time.Since(start)
-		t.Logf("keyed create %d with %d unauthenticated bodies stalled: HTTP %d in %v", i, slots+2, resp.StatusCode, took)
-		if resp.StatusCode != http.StatusOK {
-			t.Errorf("keyed create %d: got HTTP %d after %v (%s), want 200", i, resp.StatusCode, took, b)
+		code, took, b := keyedCreate(t, e, "stalled-"+strconv.Itoa(i))
+		t.Logf("keyed create %d with %d unauthenticated bodies stalled: HTTP %d in %v", i, slots+2, code, took)
+		if code != http.StatusOK {
+			t.Errorf("keyed create %d: got HTTP %d after %v (%s), want 200", i, code, took, b)
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
+}
+
+// keyedCreate creates an account over REST with testKey, and returns the HTTP status, how long the answer took, and
+// its body.
+func keyedCreate(t *testing.T, e *testEnv, username string) (int, time.Duration, []byte) {
+	t.Helper()
+	body := `{"username":"` + username + `","password":"password1"}`
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, e.baseURL+"/v1/accounts", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Api-Key", testKey)
+	client := &http.Client{Timeout: 10 * time.Second}
+	start := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("keyed create %s: %v", username, err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, time.Since(start), b
 }

@@ -49,14 +49,22 @@ func loginBody(username, password string) string {
 }
 
 // failLogins sends n logins with a wrong password for each username at
-// once, over gRPC, and checks that each fails as a plain failed login.
+// once, over gRPC with testKey, and checks that each fails as a plain
+// failed login.
 func failLogins(t *testing.T, e *testEnv, n int, usernames ...string) {
 	t.Helper()
+	failLoginsAs(t, e, testKey, n, usernames...)
+}
+
+// failLoginsAs is failLogins with key.
+func failLoginsAs(t *testing.T, e *testEnv, key string, n int, usernames ...string) {
+	t.Helper()
+	ctx := metadata.AppendToOutgoingContext(t.Context(), "x-api-key", key)
 	var wg sync.WaitGroup
 	for _, u := range usernames {
 		for range n {
 			wg.Go(func() {
-				_, err := e.account.Login(t.Context(), &shebav1.LoginRequest{Username: u, Password: "wrong password"})
+				_, err := e.account.Login(ctx, &shebav1.LoginRequest{Username: u, Password: "wrong password"})
 				if st := status.Convert(err); st.Code() != codes.Unauthenticated || reason.Of(st) != reason.LoginFailed {
 					t.Errorf("failed login of %s: got %v (%s), want UNAUTHENTICATED LOGIN_FAILED", u, err, reason.Of(st))
 				}
@@ -74,13 +82,20 @@ type throttledAnswer struct {
 	rest          restResponse
 }
 
-// loginBoth sends one login on gRPC and one on REST.
+// loginBoth sends one login on gRPC and one on REST, with testKey.
 func loginBoth(t *testing.T, e *testEnv, username, password string) throttledAnswer {
 	t.Helper()
+	return loginBothAs(t, e, testKey, username, password)
+}
+
+// loginBothAs is loginBoth with key.
+func loginBothAs(t *testing.T, e *testEnv, key, username, password string) throttledAnswer {
+	t.Helper()
 	var a throttledAnswer
-	_, err := e.account.Login(t.Context(), &shebav1.LoginRequest{Username: username, Password: password}, grpc.Header(&a.header), grpc.Trailer(&a.trail))
+	ctx := metadata.AppendToOutgoingContext(t.Context(), "x-api-key", key)
+	_, err := e.account.Login(ctx, &shebav1.LoginRequest{Username: username, Password: password}, grpc.Header(&a.header), grpc.Trailer(&a.trail))
 	a.grpc = status.Convert(err)
-	a.rest = e.do(t, http.MethodPost, "/v1/accounts:login", loginBody(username, password))
+	a.rest = e.do(t, http.MethodPost, "/v1/accounts:login", loginBody(username, password), "X-Api-Key", key)
 	return a
 }
 

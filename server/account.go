@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
+	"github.com/shebasvc/sheba/interceptors/apikey"
 	"github.com/shebasvc/sheba/interceptors/reason"
 	"github.com/shebasvc/sheba/server/loginthrottle"
 	"github.com/shebasvc/sheba/store"
@@ -86,8 +87,9 @@ func (s *accountServer) Login(ctx context.Context, req *shebav1.LoginRequest) (*
 		return nil, err
 	}
 	// Before the lookup and the hash: a throttled login costs neither, and
-	// is answered alike at once whether the username exists or not.
-	attempt, err := s.logins.Begin(ctx, req.GetUsername())
+	// is answered alike at once whether the username exists or not. Counted
+	// per caller, so that one key's failures never lock out another's.
+	attempt, err := s.logins.Begin(ctx, req.GetUsername(), apikey.IDFromContext(ctx))
 	if err != nil {
 		return nil, s.errs.toStatus(ctx, "login", err, reason.Own{})
 	}

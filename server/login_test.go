@@ -58,7 +58,7 @@ func TestLoginThrottledCostsNothing(t *testing.T) {
 		t.Run(test.name, func(t *testing.T) {
 			logins := loginthrottle.New(1, time.Minute)
 			for _, u := range []string{"alice", "nobody"} {
-				a, err := logins.Begin(t.Context(), u)
+				a, err := logins.Begin(t.Context(), u, "")
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -104,7 +104,7 @@ func TestLoginLineFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	logins := loginthrottle.New(10, time.Minute, loginthrottle.WithMaxWaiting(0))
-	running, err := logins.Begin(t.Context(), "alice")
+	running, err := logins.Begin(t.Context(), "alice", "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,7 @@ type Options struct {
 	// bytes and the same on every replica; empty means a random key, so
 	// tokens work only on this process.
 	PageTokenKey []byte
-	// Logins throttles repeated failed logins per username
+	// Logins throttles repeated failed logins per username and caller
 	// (limits.login_failures). Nil throttles nothing.
 	Logins *loginthrottle.Throttle
 }

@@ -93,6 +93,11 @@ func TestConfigCheckExitStatus(t *testing.T) {
 			[]string{secret, "SHEBA_SHUTDOWN_DRAIN_DELAY=20s", "SHEBA_SHUTDOWN_TIMEOUT=25s"}, 0,
 			"warning: shutdown.timeout (25s) is not longer than shutdown.drain_delay (20s) + limits.timeout (5s)"},
 		{"no paging secret", []string{"config", "check"}, nil, 0, "warning: paging.secret is not set"},
+		{"bodies of 64 MiB", []string{"config", "check"}, []string{secret, "SHEBA_HTTP_MAX_BODY_BYTES=67108864"}, 0, ""},
+		{"bodies over 64 MiB", []string{"config", "check"}, []string{secret, "SHEBA_HTTP_MAX_BODY_BYTES=67108865"}, 2,
+			"http.max_body_bytes (SHEBA_HTTP_MAX_BODY_BYTES): must be at most 67108864 (64 MiB), got 67108865"},
+		{"bodies near MaxInt64", []string{"serve"}, []string{secret, "SHEBA_HTTP_MAX_BODY_BYTES=9223372036854775807"}, 2,
+			"http.max_body_bytes (SHEBA_HTTP_MAX_BODY_BYTES): must be at most 67108864 (64 MiB)"},
 	} {
 		t.Run(test.name, func(t *testing.T) {
 			cmd := exec.Command(bin, test.args...)

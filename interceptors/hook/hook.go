@@ -51,16 +51,24 @@ const maxCachedHeaderBytes = 8 << 10
 // answers through callinfo.HTTP, which the gateway must share, and to gRPC
 // answers as header metadata.
 func UnaryServerInterceptor(client Client, opts ...Option) grpc.UnaryServerInterceptor {
+	return newInterceptor(client, opts...).intercept
+}
+
+func newInterceptor(client Client, opts ...Option) *interceptor {
 	h := &interceptor{client: client, o: defaultOptions}
 	for _, opt := range opts {
 		opt(&h.o)
 	}
-	h.breaker = gobreaker.NewCircuitBreaker[Decision](gobreaker.Settings{
+	h.breaker = gobreaker.NewTwoStepCircuitBreaker[Decision](gobreaker.Settings{
 		Name:        "hook",
 		MaxRequests: 1,
 		Timeout:     h.o.breakFor,
 		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= h.o.breakAfter },
-		IsExcluded:  func(err error) bool { return errors.As(err, new(callerGone)) },
+		// A hook call cut short by its caller is neither a failure nor a
+		// success of the hook: excluded, it leaves the counts as they
+		// were (IsSuccessful would count it a success, hiding the
+		// failures around it).
+		IsExcluded: func(err error) bool { return errors.As(err, new(callerGone)) },
 		OnStateChange: func(_ string, from, to gobreaker.State) {
 			if h.o.log != nil {
 				h.o.log.Warn("external hook circuit breaker changed state", "from", from.String(), "to", to.String())
@@ -71,13 +79,13 @@ func UnaryServerInterceptor(client Client, opts ...Option) grpc.UnaryServerInter
 		// lru.New fails only for a size below 1.
 		h.cache, _ = lru.New[cacheKey, cachedDecision](h.o.cacheEntries)
 	}
-	return h.intercept
+	return h
 }
 
 type interceptor struct {
 	client  Client
 	o       options
-	breaker *gobreaker.CircuitBreaker[Decision]
+	breaker *gobreaker.TwoStepCircuitBreaker[Decision]
 	cache   *lru.Cache[cacheKey, cachedDecision] // nil: no cache
 }
 
@@ -248,45 +256,101 @@ func (h *interceptor) key(caller, method string, headers map[string][]string, ms
 	return k, ok
 }
 
+// The breaker counts the hook's own failures (transport errors, 5xx, an
+// answer outside the protocol, hook.timeout), never a call its caller cut
+// short (its deadline, sooner than hook.timeout, or its going away): that
+// one is excluded (callerGone). That is not enough while the breaker is
+// half-open: its one trial call then decides for every caller, and a
+// trial that its caller cuts short decides nothing, so callers with short
+// deadlines would take the trial again and again, against a hook slower
+// than their deadlines but well within hook.timeout, while every other
+// call is skipped (answered 503 under failure mode closed, let through
+// unchecked under open) for as long as they keep coming. So the trial call
+// runs on its own (probe), to an end of the hook's: its answer, its
+// failure, or hook.timeout; its caller waits for it within its own
+// deadline only.
+
 // ask calls the hook through the breaker, under the hook's timeout, and
 // returns its decision and the request it puts in place of msg, if any.
-// An answer whose replacement is not a valid request is a failure.
+// An answer whose replacement is not a valid request is a failure. Its
+// errors are gobreaker's when the breaker refuses the call, callerGone when
+// the call's own deadline or client ended it first, and the hook's
+// failure otherwise.
 func (h *interceptor) ask(ctx context.Context, call *Call, msg proto.Message) (Decision, proto.Message, error) {
-	var replacement proto.Message
-	d, err := h.breaker.Execute(func() (d Decision, err error) {
-		// Within the breaker, so that a call the breaker refuses makes
-		// no span nor timer.
-		hctx, cancel := context.WithTimeout(ctx, h.o.timeout)
-		defer cancel()
-		if h.o.tracer != nil {
-			var span trace.Span
-			hctx, span = h.o.tracer.Start(hctx, "sheba.hook", trace.WithSpanKind(trace.SpanKindClient))
-			defer func() {
-				if err != nil {
-					span.SetStatus(otelcodes.Error, err.Error())
-				} else {
-					span.SetAttributes(attribute.Int("sheba.hook.break", d.Break))
-				}
-				span.End()
-			}()
-		}
-		start := time.Now()
-		d, err = h.client.Check(hctx, call)
-		h.o.metrics.observe(time.Since(start).Seconds())
-		if err != nil {
-			if ctx.Err() != nil {
-				return d, callerGone{err}
-			}
-			return d, err
-		}
-		if d.Body != nil && d.Break == 0 {
-			if replacement, err = h.replace(ctx, msg, d.Body); err != nil {
-				return d, fmt.Errorf("hook's replacement request: %w", err)
-			}
-		}
-		return d, nil
-	})
+	done, err := h.breaker.Allow()
+	if err != nil {
+		return Decision{}, nil, err
+	}
+	if h.breaker.State() == gobreaker.StateHalfOpen {
+		return h.probe(ctx, call, msg, done)
+	}
+	d, replacement, err := h.check(ctx, ctx, call, msg)
+	done(err)
 	return d, replacement, err
+}
+
+// hookAnswer is what one hook call gave.
+type hookAnswer struct {
+	d           Decision
+	replacement proto.Message
+	err         error
+}
+
+// probe makes the half-open breaker's trial call: under hook.timeout alone,
+// detached from the caller's deadline and cancellation (its context's
+// values, the span among them, kept), in a goroutine of its own, which
+// tells the breaker how it ended. The caller waits for it as long as its
+// own context lasts: past that, it is answered callerGone and the trial
+// goes on without it. The breaker lets one trial run at a time, so at most
+// one such goroutine outlives its caller, for at most hook.timeout.
+func (h *interceptor) probe(ctx context.Context, call *Call, msg proto.Message, done func(error)) (Decision, proto.Message, error) {
+	answered := make(chan hookAnswer, 1)
+	go func() {
+		d, replacement, err := h.check(context.WithoutCancel(ctx), nil, call, msg)
+		done(err)
+		answered <- hookAnswer{d, replacement, err}
+	}()
+	select {
+	case a := <-answered:
+		return a.d, a.replacement, a.err
+	case <-ctx.Done():
+		return Decision{}, nil, callerGone{ctx.Err()}
+	}
+}
+
+// check calls the hook once, under hook.timeout from base, and returns its
+// decision and replacement request, or its failure: callerGone when the
+// call's context (caller, nil for none) had ended, which cut it short.
+func (h *interceptor) check(base, caller context.Context, call *Call, msg proto.Message) (d Decision, replacement proto.Message, err error) {
+	hctx, cancel := context.WithTimeout(base, h.o.timeout)
+	defer cancel()
+	if h.o.tracer != nil {
+		var span trace.Span
+		hctx, span = h.o.tracer.Start(hctx, "sheba.hook", trace.WithSpanKind(trace.SpanKindClient))
+		defer func() {
+			if err != nil {
+				span.SetStatus(otelcodes.Error, err.Error())
+			} else {
+				span.SetAttributes(attribute.Int("sheba.hook.break", d.Break))
+			}
+			span.End()
+		}()
+	}
+	start := time.Now()
+	d, err = h.client.Check(hctx, call)
+	h.o.metrics.observe(time.Since(start).Seconds())
+	if err != nil {
+		if caller != nil && caller.Err() != nil {
+			return d, nil, callerGone{err}
+		}
+		return d, nil, err
+	}
+	if d.Body != nil && d.Break == 0 {
+		if replacement, err = h.replace(base, msg, d.Body); err != nil {
+			return d, nil, fmt.Errorf("hook's replacement request: %w", err)
+		}
+	}
+	return d, replacement, nil
 }
 
 // replace returns body as a request of msg's type, checked by the

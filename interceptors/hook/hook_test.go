@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/sony/gobreaker/v2"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -214,6 +215,93 @@ func TestTimeout(t *testing.T) {
 			t.Errorf("got %v after %d hook calls, want the 5th call to reach the hook", err, calls.Load())
 		}
 	})
+}
+
+// TestTrialOnItsOwn opens the breaker, then lets a call whose deadline is
+// shorter than the hook's answer take the half-open breaker's trial: the
+// call ends at its deadline, but its hook call goes on to the hook's own
+// end, which decides the breaker: an answer closes it, and the next call
+// reaches the hook; a failure, or hook.timeout, opens it again. (A trial
+// cut with its caller used to decide nothing, so that callers with short
+// deadlines kept the breaker half-open, every other call skipped, for as
+// long as they came.)
+func TestTrialOnItsOwn(t *testing.T) {
+	const hookTimeout = 300 * time.Millisecond
+	for _, test := range []struct {
+		name string
+		// answer ends the trial: a decision (nil), a failure, or none
+		// (hook.timeout).
+		answer    error
+		never     bool
+		wantState gobreaker.State
+	}{
+		{"the hook answers", nil, false, gobreaker.StateClosed},
+		{"the hook fails", errors.New("hook answered status 500"), false, gobreaker.StateOpen},
+		{"the hook is slower than hook.timeout", nil, true, gobreaker.StateOpen},
+	} {
+		t.Run(test.name, func(t *testing.T) {
+			var calls atomic.Int32
+			var failing atomic.Bool
+			failing.Store(true)
+			release := make(chan error)
+			client := clientFunc(func(ctx context.Context, _ *Call) (Decision, error) {
+				calls.Add(1)
+				if failing.Load() {
+					return Decision{}, errors.New("connection refused")
+				}
+				select {
+				case err := <-release:
+					return Decision{Break: http.StatusForbidden}, err
+				case <-ctx.Done():
+					return Decision{}, ctx.Err()
+				}
+			})
+			h := newInterceptor(client, WithTimeout(hookTimeout), WithBreaker(2, 20*time.Millisecond))
+			call := func(ctx context.Context) (string, error) {
+				ci := &callinfo.Info{RequestID: "req"}
+				var hd handled
+				_, err := h.intercept(callinfo.NewContext(ctx, ci), subscriptionReq("pro"), info, hd.handler)
+				return ci.Hook, err
+			}
+			for range 2 {
+				call(t.Context())
+			}
+			if s := h.breaker.State(); s != gobreaker.StateOpen {
+				t.Fatalf("breaker %v after 2 failures, want open", s)
+			}
+			failing.Store(false)
+			time.Sleep(30 * time.Millisecond)
+
+			short, cancel := context.WithTimeout(t.Context(), 10*time.Millisecond)
+			defer cancel()
+			if result, err := call(short); status.Code(err) != codes.DeadlineExceeded || result != ResultError {
+				t.Fatalf("the short call: got %v (%s), want DeadlineExceeded (%s)", err, result, ResultError)
+			}
+			if !test.never {
+				select {
+				case release <- test.answer:
+				case <-time.After(5 * time.Second):
+					t.Fatal("the trial call ended with its caller: nothing to answer 5s later")
+				}
+			}
+			for deadline := time.Now().Add(5 * time.Second); h.breaker.State() == gobreaker.StateHalfOpen; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("breaker still half-open 5s after the trial began")
+				}
+			}
+			if s := h.breaker.State(); s != test.wantState {
+				t.Fatalf("breaker %v after the trial, want %v", s, test.wantState)
+			}
+			if test.wantState != gobreaker.StateClosed {
+				return
+			}
+			before := calls.Load()
+			go func() { release <- nil }()
+			if _, err := call(t.Context()); status.Code(err) != codes.PermissionDenied || calls.Load() != before+1 {
+				t.Errorf("the next call: got %v after %d hook calls, want the hook's break (403) from its own call", err, calls.Load()-before)
+			}
+		})
+	}
 }
 
 func TestBreaker(t *testing.T) {

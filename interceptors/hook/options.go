@@ -100,8 +100,11 @@ func WithCache(n int) Option {
 }
 
 // WithBreaker opens the circuit breaker after failures hook calls in a row
-// have failed (default 5): for the next wait (default 2s) the hook is not
-// called and the failure mode answers; then one call tries it again.
+// have failed (default 5; a hook call cut short by its caller counts for
+// nothing): for the next wait (default 2s) the hook is not called and the
+// failure mode answers; then one call tries it again, to the hook's own
+// end (its answer, its failure or the timeout) whatever its caller's
+// deadline.
 func WithBreaker(failures uint32, wait time.Duration) Option {
 	return func(o *options) { o.breakAfter, o.breakFor = failures, wait }
 }

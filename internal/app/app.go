@@ -147,7 +147,8 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 	if a.rate.backend, err = newRedisBackend(cfg.Limits, cfg.Redis, log, tp); err != nil {
 		return err
 	}
-	logins := loginthrottle.New(cfg.Limits.LoginFailures.Max, cfg.Limits.LoginFailures.Window, loginthrottle.WithRedis(a.rate.backend))
+	logins := loginthrottle.New(cfg.Limits.LoginFailures.Max, cfg.Limits.LoginFailures.Window,
+		loginthrottle.WithMaxAll(cfg.Limits.LoginFailures.MaxAll), loginthrottle.WithRedis(a.rate.backend))
 	if err := registry.Register(logins.Collector()); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}

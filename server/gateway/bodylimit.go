@@ -19,6 +19,12 @@ import (
 // with a Status of code ResourceExhausted, before any handler runs. This
 // file holds every part of that rule.
 
+// maxBodyLimit is the most MaxBodyBytes may be, as http.max_body_bytes may
+// (config/validate.go): 64 MiB, far above any request of the API, and
+// small enough that a body of it, a frame added to it, its base64 length
+// and vanguard's uint32 buffer of it (browser.go) are all exact.
+const maxBodyLimit = 64 << 20
+
 // limitBody answers 413 to a request whose declared length is over maxBody,
 // and reports whether it did; otherwise it bounds the body it reads to
 // maxBody bytes and remembers in the context if a read went over.

@@ -18,10 +18,11 @@ import (
 // before the chain runs, so without this bound every open connection could
 // hold a body buffer (and a decompressor) of its own; with it, that memory
 // is bounded by the slots, and the read deadline (http.read_timeout) bounds
-// how long a slow client holds one. Only requests with a valid key (or to a
-// public method) take a slot: the others have lost their body by then
-// (keycheck.go), so callers without a key cannot hold the slots that keyed
-// callers need. A request that finds no free slot waits up to bodySlotWait,
+// how long a slow client holds one. Only requests with a valid key take a
+// slot: those to a method that needs one have lost their body by then
+// (keycheck.go), and those to a public method read theirs within a small
+// bound of their own, without a slot (publicbody.go), so callers without a
+// key cannot hold the slots that keyed callers need. A request that finds no free slot waits up to bodySlotWait,
 // then is answered 429 with Retry-After: the load is shed at once rather
 // than queued without bound, as the concurrency limit does for handlers.
 

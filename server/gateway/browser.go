@@ -46,14 +46,17 @@ import (
 //     which is never read, and the chain refuses it (401), as on REST;
 //   - a keyed call's body is read into memory in its body slot (the slots
 //     REST uses, bodyslots.go: at most http.max_concurrent_bodies bodies
-//     are read at once over both), and decoded there (body): gRPC-Web
+//     are read at once over both), the body of a public method's call
+//     without a key within its own small bound and without a slot
+//     (publicbody.go), and either is decoded there (body): gRPC-Web
 //     text's base64, its frame, the gzip of either protocol, and the
 //     protobuf message, so that what does not decode is the client's
 //     INVALID_ARGUMENT MALFORMED_BODY, as on REST (grpc-go would decode it
 //     before the chain and answer INTERNAL), and vanguard gets a body it
 //     accepts as it is;
 //   - resource_exhausted BODY_TOO_LARGE for a message over
-//     http.max_body_bytes, as declared, as read, or decompressed;
+//     http.max_body_bytes (a public method's without a key: over
+//     publicBodyBytes), as declared, as read, or decompressed;
 //   - the protocol headers vanguard would refuse without an ErrorInfo: a
 //     timeout that does not parse (INVALID_ARGUMENT), an encoding other
 //     than gzip (UNSUPPORTED_CONTENT_ENCODING);
@@ -76,8 +79,8 @@ type browserProtocol struct {
 	// parameters the client wrote (it reads the codec from it literally).
 	contentType string
 	// empty is a request body holding the empty message, put in place of
-	// the body of a call refused before its body is read.
-	empty string
+	// the body of a call refused before its body is read. Never modified.
+	empty []byte
 	// frame is what a body holds beside its message: gRPC-Web's 5-byte
 	// frame header.
 	frame int64
@@ -92,10 +95,10 @@ type browserProtocol struct {
 
 var (
 	connectProto = &browserProtocol{name: ProtocolConnect, contentType: "application/proto"}
-	connectJSON  = &browserProtocol{name: ProtocolConnect, contentType: "application/json", empty: "{}", json: true}
-	grpcWeb      = &browserProtocol{name: ProtocolGRPCWeb, contentType: grpcWebType, empty: "\x00\x00\x00\x00\x00", frame: 5}
+	connectJSON  = &browserProtocol{name: ProtocolConnect, contentType: "application/json", empty: []byte("{}"), json: true}
+	grpcWeb      = &browserProtocol{name: ProtocolGRPCWeb, contentType: grpcWebType, empty: make([]byte, 5), frame: 5}
 	// Its body becomes binary gRPC-Web's.
-	grpcWebText = &browserProtocol{name: ProtocolGRPCWeb, contentType: grpcWebType, empty: "\x00\x00\x00\x00\x00", frame: 5, text: true}
+	grpcWebText = &browserProtocol{name: ProtocolGRPCWeb, contentType: grpcWebType, empty: make([]byte, 5), frame: 5, text: true}
 )
 
 // The types of binary and text gRPC-Web.
@@ -157,12 +160,6 @@ type browser struct {
 // newBrowser returns the handler of the browser protocols for the services
 // of descs, served by srv (a grpc.Server's ServeHTTP).
 func newBrowser(srv http.Handler, descs []*grpc.ServiceDesc, o Options, slots *bodySlots, gw *runtime.ServeMux) (*browser, error) {
-	// vanguard keeps up to this much of a message in memory, in either
-	// direction: a request's is bounded before (body), so this bounds the
-	// answers, which may be larger than a request (a page of a list). It
-	// is as much as a gRPC client takes by default, or the body limit if
-	// more; every message fits in a uint32.
-	maxBuffer := uint32(min(max(o.MaxBodyBytes, maxAnswerBytes), 1<<32-1))
 	services := make([]*vanguard.Service, len(descs))
 	methods := map[string]protoreflect.MessageType{}
 	for i, d := range descs {
@@ -181,7 +178,7 @@ func newBrowser(srv http.Handler, descs []*grpc.ServiceDesc, o Options, slots *b
 			vanguard.WithTargetCodecs(vanguard.CodecProto),
 			// The server gets the message as it is.
 			vanguard.WithNoTargetCompression(),
-			vanguard.WithMaxMessageBufferBytes(maxBuffer),
+			vanguard.WithMaxMessageBufferBytes(bufferBytes(o.MaxBodyBytes)),
 		),
 		vanguard.WithCodec(func(res vanguard.TypeResolver) vanguard.Codec {
 			return &jsonCodec{JSONCodec: &vanguard.JSONCodec{
@@ -209,6 +206,15 @@ func newBrowser(srv http.Handler, descs []*grpc.ServiceDesc, o Options, slots *b
 // maxAnswerBytes is the least that vanguard buffers of a message: 4 MiB,
 // grpc-go's default bound on the messages a client receives.
 const maxAnswerBytes = 4 << 20
+
+// bufferBytes is how much of a message vanguard keeps in memory, in either
+// direction: a request's is bounded before (body), so this bounds the
+// answers, which may be larger than a request (a page of a list). It is as
+// much as a gRPC client takes by default, or the body limit if more: at
+// most maxBodyLimit (New), which a uint32 holds.
+func bufferBytes(maxBody int64) uint32 {
+	return uint32(max(maxBody, maxAnswerBytes))
+}
 
 // inputType returns the type of the request message of a method, from the
 // registry the generated code fills.
@@ -275,19 +281,26 @@ func (b *browser) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Header.Set("Connect-Protocol-Version", "1")
 	}
 	r = r.WithContext(context.WithValue(r.Context(), browserKey{}, p))
-	if !b.keyed(r) {
-		// In memory already: it takes no body slot.
-		r.Body, r.ContentLength = io.NopCloser(strings.NewReader(p.empty)), int64(len(p.empty))
-	} else {
-		body, err := b.body(r, p, in)
-		if err != nil {
-			b.writeError(w, r, p, err)
-			return
+	var body []byte
+	var err error
+	switch {
+	case b.authn.Known(credential(r.Header, apiKeyHeaders[:1]), credential(r.Header, authorizationHeaders[:1])):
+		body, err = b.body(r, p, in, b.maxBody, b.slots)
+	case b.authn.Public(r.URL.Path):
+		// Within its own bound, without a slot (publicbody.go); one over
+		// it is not read.
+		if body, err = b.body(r, p, in, publicBodyBytes, nil); status.Code(err) == codes.ResourceExhausted {
+			closeAfterAnswer(w, r)
 		}
-		mb := &memBody{}
-		mb.Reset(body)
-		r.Body, r.ContentLength = mb, int64(len(body))
+	default:
+		// Its body is never read: the chain refuses the call.
+		body = p.empty
 	}
+	if err != nil {
+		b.writeError(w, r, p, err)
+		return
+	}
+	setBody(r, body)
 	// The body is binary and uncompressed now.
 	r.Header.Del("Content-Encoding")
 	r.Header.Del("Grpc-Encoding")
@@ -327,7 +340,8 @@ func (w retryWriter) Flush() {
 // resourceExhausted is RESOURCE_EXHAUSTED in a grpc-status header.
 var resourceExhausted = strconv.Itoa(int(codes.ResourceExhausted))
 
-// body reads the body of a keyed call of protocol p in its body slot, and
+// body reads the body of a call of protocol p, at most maxBody bytes of
+// message, in a body slot of slots (none when slots is nil), and
 // returns it as vanguard is to get it: binary gRPC-Web or the Connect
 // message, uncompressed, its frame checked and its protobuf message one of
 // type in (vanguard's JSON codec decodes JSON: jsonCodec); or the error to
@@ -335,34 +349,23 @@ var resourceExhausted = strconv.Itoa(int(codes.ResourceExhausted))
 // its end only, as a unary call's is (several padded strings one after the
 // other, as a streaming client may send, are not); line breaks in it are
 // skipped.
-func (b *browser) body(r *http.Request, p *browserProtocol, in protoreflect.MessageType) ([]byte, error) {
-	// The most a body may hold uncompressed, and as sent.
-	limit := b.maxBody + p.frame
-	sent := limit
-	if p.text {
-		sent = textLen(limit)
-	}
+func (b *browser) body(r *http.Request, p *browserProtocol, in protoreflect.MessageType, maxBody int64, slots *bodySlots) ([]byte, error) {
+	limit, sent := p.bounds(maxBody)
 	if r.ContentLength > sent {
-		return nil, bodyTooLarge(b.maxBody)
+		return nil, bodyTooLarge(maxBody)
 	}
-	r, release, busy := b.slots.take(r)
-	if busy {
-		return nil, errNoBodySlot
+	if slots != nil {
+		var release func()
+		var busy bool
+		if r, release, busy = slots.take(r); busy {
+			return nil, errNoBodySlot
+		}
+		defer release()
 	}
-	defer release()
-	var body []byte
-	var err error
+	body, err := readAll(r, sent)
 	switch {
-	case r.ContentLength > 0:
-		// Of the length declared, which net/http holds the body to.
-		body = make([]byte, r.ContentLength)
-		_, err = io.ReadFull(r.Body, body)
-	case r.ContentLength < 0:
-		body, err = io.ReadAll(io.LimitReader(r.Body, sent+1))
-	}
-	switch {
-	case int64(len(body)) > sent:
-		return nil, bodyTooLarge(b.maxBody)
+	case errors.Is(err, errOverLimit):
+		return nil, bodyTooLarge(maxBody)
 	case err != nil:
 		return nil, malformed("the request body could not be read")
 	}
@@ -373,7 +376,7 @@ func (b *browser) body(r *http.Request, p *browserProtocol, in protoreflect.Mess
 			return nil, malformed(fmt.Sprintf("the request body is not one base64 string (%v)", err))
 		}
 		if body = bin[:n]; int64(len(body)) > limit {
-			return nil, bodyTooLarge(b.maxBody)
+			return nil, bodyTooLarge(maxBody)
 		}
 	}
 	msg, compressed, enc := body, false, r.Header.Get("Content-Encoding")
@@ -395,7 +398,7 @@ func (b *browser) body(r *http.Request, p *browserProtocol, in protoreflect.Mess
 	if compressed {
 		switch {
 		case strings.EqualFold(enc, "gzip"):
-			if msg, err = gunzip(msg, b.maxBody); err != nil {
+			if msg, err = gunzip(msg, maxBody); err != nil {
 				return nil, err
 			}
 		case enc == "" || enc == "identity":
@@ -433,6 +436,19 @@ func malformed(msg string) error {
 	return reason.Error(codes.InvalidArgument, reason.MalformedBody, msg)
 }
 
+// bounds returns the most a body of p may hold for a message of at most
+// maxBody bytes: limit once decoded from base64 (the message and its
+// frame), sent as sent (for gRPC-Web text, the base64 of that). maxBody
+// is at most maxBodyLimit (New), so neither sum overflows.
+func (p *browserProtocol) bounds(maxBody int64) (limit, sent int64) {
+	limit = maxBody + p.frame
+	sent = limit
+	if p.text {
+		sent = textLen(limit)
+	}
+	return limit, sent
+}
+
 // textLen is the most the base64 form of n bytes may take as sent in a
 // gRPC-Web text body: the base64 itself, and room for a line break every
 // 64 characters, which the decoder skips (a client may wrap its base64 as
@@ -468,13 +484,6 @@ func badTimeout(h http.Header, p *browserProtocol) error {
 		return nil
 	}
 	return reason.Error(codes.InvalidArgument, reason.InvalidArgument, fmt.Sprintf("invalid %s %s", name, reason.Quote(v)))
-}
-
-// keyed reports whether the body of r may be read: the call brings a valid
-// key, or its method needs none.
-func (b *browser) keyed(r *http.Request) bool {
-	return b.authn.Known(credential(r.Header, apiKeyHeaders[:1]), credential(r.Header, authorizationHeaders[:1])) ||
-		b.authn.Public(r.URL.Path)
 }
 
 // writeError answers err, completed with its ErrorInfo (and, for

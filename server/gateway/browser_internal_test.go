@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/base64"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/shebasvc/sheba/interceptors/apikey"
 	"github.com/shebasvc/sheba/interceptors/reason"
 )
 
@@ -49,6 +51,38 @@ func TestTextLen(t *testing.T) {
 		wrapped := exact + 2*(exact/76)
 		if got := textLen(n); got < wrapped || got > exact+exact/16+2 {
 			t.Errorf("textLen(%d) = %d, want from %d to %d", n, got, wrapped, exact+exact/16+2)
+		}
+	}
+}
+
+// TestBodyBounds: at the most MaxBodyBytes may be (64 MiB), the bounds of
+// every protocol's body are exact (the message and its frame, and the
+// base64 of those for gRPC-Web text), and vanguard's buffer is the bound
+// itself; above it New refuses, where MaxBodyBytes near MaxInt64 used to
+// overflow the sums (a negative bound refused every body).
+func TestBodyBounds(t *testing.T) {
+	for _, p := range []*browserProtocol{connectProto, connectJSON, grpcWeb, grpcWebText} {
+		limit, sent := p.bounds(maxBodyLimit)
+		if limit != maxBodyLimit+p.frame {
+			t.Errorf("%s: limit %d, want %d", p.contentType, limit, maxBodyLimit+p.frame)
+		}
+		want := limit
+		if p.text {
+			// 4 characters for each 3 bytes, rounded up, and room for
+			// line breaks.
+			want = (limit+2)/3*4 + (limit+2)/3*4/32 + 2
+		}
+		if sent != want {
+			t.Errorf("%s: sent %d, want %d", p.contentType, sent, want)
+		}
+	}
+	if got := bufferBytes(maxBodyLimit); got != maxBodyLimit {
+		t.Errorf("vanguard's buffer at the bound: %d, want %d", got, maxBodyLimit)
+	}
+	authn := apikey.New(nil, nil)
+	for _, n := range []int64{0, -1, maxBodyLimit + 1, math.MaxInt64 - 4, math.MaxInt64} {
+		if _, err := New(t.Context(), nil, Options{Authenticator: authn, MaxBodyBytes: n}); err == nil || !strings.Contains(err.Error(), "MaxBodyBytes") {
+			t.Errorf("New with MaxBodyBytes %d: got %v, want it refused", n, err)
 		}
 	}
 }

@@ -20,6 +20,10 @@
 //   - 400 for an Idempotency-Key holding a byte that gRPC metadata cannot
 //     carry, which the gateway would drop (idempotencykey.go, by the
 //     interceptor's rule, idempotency.CheckHeader);
+//   - for a public method's call without a valid key: its body read whole
+//     within its own small bound (413 beyond), without a body slot, then
+//     decompressed within that bound too (publicbody.go); the guards
+//     below are for the other calls;
 //   - 413 for a body declared over the limit, and a bound on what is read
 //     of the others (bodylimit.go);
 //   - 429 with Retry-After when no body slot frees within a second, for a
@@ -31,7 +35,7 @@
 // Beside the REST routes, the same handler serves the browser protocols
 // (Connect and gRPC-Web at POST /sheba.v1.<Service>/<Method>, browser.go)
 // through vanguard to a grpc.Server with the chain, behind the same key
-// check and body slots; and, outermost, CORS for the configured origins
+// check, public bound and body slots; and, outermost, CORS for the configured origins
 // (cors.go), so a preflight is answered before any key or limit.
 //
 // Errors are google.rpc.Status bodies with the HTTP status of their code,

@@ -13,10 +13,12 @@ import (
 
 // TestErrorAnswersAreBounded sends request text far over reason.MaxQuoted
 // bytes wherever an error quotes the request: the answer stays under 4 KiB
-// and quotes at most MaxQuoted bytes of it, in JSON and CBOR.
+// and quotes at most MaxQuoted bytes of it, in JSON and CBOR. The calls
+// bring a key: a body that large, without one, is refused for its size
+// (TestPublicBodyBound).
 func TestErrorAnswersAreBounded(t *testing.T) {
 	t.Parallel()
-	g := newTestGateway(t)
+	g := newTestGateway(t, withKey(t))
 	const n = 60 << 10 // under the 64 KiB of headers a server allows
 	long := strings.Repeat("a", n)
 	bigName, err := cbor.Marshal(map[string]any{long: 1})
@@ -53,6 +55,7 @@ func TestErrorAnswersAreBounded(t *testing.T) {
 					req.Header.Set(test.header[i], test.header[i+1])
 				}
 				req.Header.Set("Accept", accept)
+				req.Header.Set("X-Api-Key", testKey)
 				rec := httptest.NewRecorder()
 				g.handler.ServeHTTP(rec, req)
 				if rec.Code != test.httpCode {

@@ -31,7 +31,7 @@ var requestCBORLimits = cborpb.DecodeLimits{MaxNesting: 4, MaxArrayElements: 16,
 // Options configures the REST handler.
 type Options struct {
 	// MaxBodyBytes bounds a request body, as sent and after decompression:
-	// 413 beyond it.
+	// 413 beyond it. From 1 to 64 MiB: New refuses others.
 	MaxBodyBytes int64
 	// MaxConcurrentBodies bounds the request bodies read and decoded at
 	// once; a request that finds none free within a second is answered
@@ -75,6 +75,9 @@ type Options struct {
 func New(ctx context.Context, conn *Channel, o Options) (http.Handler, error) {
 	if o.Authenticator == nil {
 		return nil, errors.New("gateway: no Authenticator: the key must be checked before a body is read")
+	}
+	if o.MaxBodyBytes < 1 || o.MaxBodyBytes > maxBodyLimit {
+		return nil, fmt.Errorf("gateway: MaxBodyBytes %d is not from 1 to %d (64 MiB)", o.MaxBodyBytes, maxBodyLimit)
 	}
 	// The services of the REST routes, each with its registration on the
 	// mux.
@@ -177,21 +180,14 @@ func New(ctx context.Context, conn *Channel, o Options) (http.Handler, error) {
 		// The request's metadata is the Channel's to make (headers.go).
 		target.ServeHTTP(w, asRESTCall(r))
 	})
-	codec, err := httpcompress.NewHandler(markBodies(mux),
-		httpcompress.WithMinBytes(o.CompressMinBytes),
-		httpcompress.WithMaxRequestBytes(o.MaxBodyBytes),
-		httpcompress.WithErrorWriter(func(w http.ResponseWriter, r *http.Request, httpStatus int, msg string) {
-			code, why := codes.InvalidArgument, reason.MalformedBody
-			switch httpStatus {
-			case http.StatusRequestEntityTooLarge:
-				code, why = codes.ResourceExhausted, reason.BodyTooLarge
-			case http.StatusUnsupportedMediaType:
-				why = reason.UnsupportedContentEncoding
-			}
-			// The message may quote a header (Content-Encoding).
-			writeError(gw, w, r, &runtime.HTTPStatusError{HTTPStatus: httpStatus, Err: reason.Error(code, why, reason.Clip(msg))})
-		}),
-	)
+	// The bodies of keyed calls are decompressed within http.max_body_bytes;
+	// those of public methods' calls without a key within their own bound,
+	// and with a zstd window no larger (readPublicBody).
+	codec, err := newCodec(markBodies(mux), gw, o.CompressMinBytes, o.MaxBodyBytes)
+	if err != nil {
+		return nil, err
+	}
+	publicCodec, err := newCodec(markBodies(mux), gw, o.CompressMinBytes, publicBodyBytes, httpcompress.WithMaxZstdWindow(publicBodyBytes))
 	if err != nil {
 		return nil, err
 	}
@@ -206,8 +202,17 @@ func New(ctx context.Context, conn *Channel, o Options) (http.Handler, error) {
 			r = shareRequest(r)
 		}
 		negotiateAccept(r.Header)
-		r = keyBeforeBody(o.Authenticator, routes, r)
+		r, public := keyBeforeBody(o.Authenticator, routes, r)
 		if unsupportedType(gw, w, r) || badIdempotencyKey(gw, w, r) {
+			return
+		}
+		if public {
+			// Within its own bound, without a slot.
+			r, answered := readPublicBody(gw, w, r)
+			if answered {
+				return
+			}
+			publicCodec.ServeHTTP(w, r)
 			return
 		}
 		r, answered := limitBody(gw, w, r, o.MaxBodyBytes)
@@ -242,4 +247,25 @@ func New(ctx context.Context, conn *Channel, o Options) (http.Handler, error) {
 	}
 	// Outermost: a preflight is answered before any key or limit.
 	return withCORS(h, o.AllowedOrigins), nil
+}
+
+// newCodec returns next behind the request decompression and answer
+// compression of codec/httpcompress, decompressing a body to at most
+// maxBody bytes; its errors are written as the gateway's.
+func newCodec(next http.Handler, gw *runtime.ServeMux, minBytes int, maxBody int64, opts ...httpcompress.Option) (http.Handler, error) {
+	return httpcompress.NewHandler(next, append([]httpcompress.Option{
+		httpcompress.WithMinBytes(minBytes),
+		httpcompress.WithMaxRequestBytes(maxBody),
+		httpcompress.WithErrorWriter(func(w http.ResponseWriter, r *http.Request, httpStatus int, msg string) {
+			code, why := codes.InvalidArgument, reason.MalformedBody
+			switch httpStatus {
+			case http.StatusRequestEntityTooLarge:
+				code, why = codes.ResourceExhausted, reason.BodyTooLarge
+			case http.StatusUnsupportedMediaType:
+				why = reason.UnsupportedContentEncoding
+			}
+			// The message may quote a header (Content-Encoding).
+			writeError(gw, w, r, &runtime.HTTPStatusError{HTTPStatus: httpStatus, Err: reason.Error(code, why, reason.Clip(msg))})
+		}),
+	}, opts...)...)
 }

@@ -91,13 +91,15 @@ func TestRESTBadBodies(t *testing.T) {
 }
 
 // TestBodyLimit sends a body over MaxBodyBytes, with its length declared
-// and without: 413 either way, and nothing is created.
+// and without: 413 either way, and nothing is created. The calls bring a
+// key: MaxBodyBytes bounds the keyed bodies (TestPublicBodyBound, the
+// others).
 func TestBodyLimit(t *testing.T) {
 	t.Parallel()
-	g := newTestGateway(t, func(o *gateway.Options) { o.MaxBodyBytes = 1024 })
+	g := newTestGateway(t, withKey(t), func(o *gateway.Options) { o.MaxBodyBytes = 1024 })
 	big := `{"username":"judy","password":"` + strings.Repeat("p", 2000) + `"}`
 
-	r := g.do(t, http.MethodPost, "/v1/accounts", big)
+	r := g.do(t, http.MethodPost, "/v1/accounts", big, "X-Api-Key", testKey)
 	wantError(t, r, http.StatusRequestEntityTooLarge, codes.ResourceExhausted)
 
 	// Without a Content-Length the limit is found while reading.
@@ -106,6 +108,7 @@ func TestBodyLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Api-Key", testKey)
 	req.ContentLength = -1
 	wantError(t, g.send(t, req), http.StatusRequestEntityTooLarge, codes.ResourceExhausted)
 

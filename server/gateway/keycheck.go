@@ -17,7 +17,12 @@ import (
 // a key sends is decompressed or decoded, and such a caller takes no body
 // slot: however many and however slow, those callers cannot delay a keyed
 // one. The chain's auth interceptor stays the authority; this check only
-// decides whether the body is worth reading.
+// decides whether the body is worth reading, and how.
+//
+// A call to a public method without a valid key is read, but within its
+// own small bound (publicBodyBytes, as sent and once decompressed) and
+// without a body slot (publicbody.go): the slots are for the keyed bodies,
+// so that callers without a key never hold one a keyed body needs.
 
 // Authenticator is the API-key check the gateway asks before it reads a
 // body: the chain's own (*apikey.Authenticator), so that both judge a
@@ -40,21 +45,24 @@ var (
 )
 
 // keyBeforeBody returns r without its body if the call it makes needs a key
-// and brings no valid one, and r as it is otherwise. A request without a
-// body is left alone: there is nothing to guard, and nothing to look up.
-func keyBeforeBody(authn Authenticator, routes *routeTable, r *http.Request) *http.Request {
+// and brings no valid one, and r as it is otherwise; public is true when
+// the call is to a public method without a valid key, whose body is then
+// read within publicBodyBytes and without a slot (readPublicBody). A
+// request without a body is left alone: there is nothing to guard, and
+// nothing to look up.
+func keyBeforeBody(authn Authenticator, routes *routeTable, r *http.Request) (_ *http.Request, public bool) {
 	if bodiless(r) {
-		return r
+		return r, false
 	}
 	if authn.Known(credential(r.Header, apiKeyHeaders[:]), credential(r.Header, authorizationHeaders[:])) {
-		return r
+		return r, false
 	}
 	// A path no route has is answered 404 or 405 by the mux, with or
 	// without its body.
 	if rpc := routes.rpc(r.Method, r.URL.Path); rpc != "" && authn.Public(rpc) {
-		return r
+		return r, true
 	}
-	return withoutBody(r)
+	return withoutBody(r), false
 }
 
 // credential returns the first value of the metadata made of headers

@@ -1,9 +1,14 @@
 package gateway_test
 
 import (
+	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
+	"encoding/hex"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -187,4 +192,123 @@ func answerStatus(t *testing.T, rec *httptest.ResponseRecorder) *status.Status {
 		t.Fatalf("answer %q is not a google.rpc.Status: %v", rec.Body, err)
 	}
 	return status.FromProto(&st)
+}
+
+// withPublicLogin makes Ping and Login public and every other method need
+// testKey.
+func withPublicLogin(t testing.TB) func(*gateway.Options) {
+	sum := sha256.Sum256([]byte(testKey))
+	key, err := apikey.ParseKey("test", hex.EncodeToString(sum[:]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	authn := apikey.New([]apikey.Key{key}, []string{"/sheba.v1.PingService/Ping", "/sheba.v1.AccountService/Login"})
+	return func(o *gateway.Options) { o.Authenticator = authn }
+}
+
+// TestPublicBodiesTakeNoSlot stalls more bodies of a public method's calls
+// without a key than there are body slots: a keyed call still gets a slot
+// and its answer (it used to wait a second for one and get 429), and the
+// stalled calls end, 400, once their bodies are cut.
+func TestPublicBodiesTakeNoSlot(t *testing.T) {
+	t.Parallel()
+	const slots = 2
+	g := newTestGateway(t, withPublicLogin(t), func(o *gateway.Options) { o.MaxConcurrentBodies = slots })
+	var stalled []*io.PipeWriter
+	codes := make(chan int, slots+2)
+	for range slots + 2 {
+		never, w := io.Pipe()
+		stalled = append(stalled, w)
+		go func() {
+			req := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/v1/accounts:login", io.MultiReader(strings.NewReader(`{`), never))
+			req.Header.Set("Content-Type", "application/json")
+			req.ContentLength = 100
+			rec := httptest.NewRecorder()
+			g.handler.ServeHTTP(rec, req)
+			codes <- rec.Code
+		}()
+	}
+	// Time for them to reach their bodies: were they given slots, they
+	// would hold every one now.
+	time.Sleep(100 * time.Millisecond)
+	for i := range 3 {
+		r := g.do(t, http.MethodPost, "/v1/accounts", `{"username":"keyed-`+strconv.Itoa(i)+`","password":"password1"}`, "X-Api-Key", testKey)
+		if r.Code != http.StatusOK {
+			t.Errorf("keyed create %d with %d public bodies stalled: got HTTP %d (%s), want 200", i, slots+2, r.Code, r.Body)
+		}
+	}
+	for _, w := range stalled {
+		w.CloseWithError(io.ErrUnexpectedEOF)
+	}
+	for range slots + 2 {
+		if code := <-codes; code != http.StatusBadRequest {
+			t.Errorf("a stalled public body, cut: got HTTP %d, want 400", code)
+		}
+	}
+}
+
+// TestPublicBodyBound: the body of a public method's call without a key is
+// read within its own bound, 4 KiB, as declared (nothing read), as sent
+// and once decompressed: 413 beyond; the same bodies with a key are read
+// within MaxBodyBytes, and decoded.
+func TestPublicBodyBound(t *testing.T) {
+	t.Parallel()
+	g := newTestGateway(t, withPublicLogin(t))
+	const bound = 4 << 10
+	padded := func(n int) string {
+		return `{"username":"alice","password":"password1"` + strings.Repeat(" ", n-43) + `}`
+	}
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	if _, err := io.WriteString(zw, padded(bound+1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, test := range []struct {
+		name          string
+		body          string
+		header        []string
+		contentLength int64 // -1: none declared
+		keyless       int   // the answer without a key
+		wantRead      bool  // without a key, the body is read
+	}{
+		// Alice does not exist: a login decoded is refused 401.
+		{"within", padded(bound), nil, 0, 401, true},
+		{"over", padded(bound + 1), nil, 0, 413, false},
+		{"over, no length", padded(bound + 1), nil, -1, 413, true},
+		{"over once decompressed", gz.String(), []string{"Content-Encoding", "gzip"}, 0, 413, true},
+	} {
+		t.Run(test.name, func(t *testing.T) {
+			for _, key := range []string{"", testKey} {
+				req := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/v1/accounts:login", strings.NewReader(test.body))
+				req.Header.Set("Content-Type", "application/json")
+				for i := 0; i+1 < len(test.header); i += 2 {
+					req.Header.Set(test.header[i], test.header[i+1])
+				}
+				want := test.keyless
+				if key != "" {
+					req.Header.Set("X-Api-Key", key)
+					want = http.StatusUnauthorized
+				}
+				if test.contentLength != 0 {
+					req.ContentLength = test.contentLength
+				}
+				rec, read := g.serveCounting(req)
+				if rec.Code != want {
+					t.Errorf("key %q: got HTTP %d, want %d; body %.300q", key, rec.Code, want, rec.Body)
+				}
+				if rec.Code == http.StatusRequestEntityTooLarge {
+					st := answerStatus(t, rec)
+					if reason.Of(st) != reason.BodyTooLarge || !strings.Contains(st.Message(), strconv.Itoa(bound)) {
+						t.Errorf("got %s %q, want %s naming %d bytes", reason.Of(st), st.Message(), reason.BodyTooLarge, bound)
+					}
+				}
+				if key == "" && (read > 0) != test.wantRead {
+					t.Errorf("without a key, %d bytes read, want read %v", read, test.wantRead)
+				}
+			}
+		})
+	}
 }

@@ -12,10 +12,11 @@ import (
 
 // A Login handler begins an attempt before any lookup or hash, answers the
 // error of a throttled one at once, and ends the others with their result.
+// The failures of one caller (API key) throttle that caller alone.
 func Example() {
 	logins := loginthrottle.New(2, 15*time.Minute)
-	login := func(ctx context.Context, username string, ok bool) error {
-		attempt, err := logins.Begin(ctx, username)
+	login := func(ctx context.Context, username, caller string, ok bool) error {
+		attempt, err := logins.Begin(ctx, username, caller)
 		if err != nil {
 			return err
 		}
@@ -31,10 +32,10 @@ func Example() {
 	}
 	ctx := context.Background()
 	for range 3 {
-		err := login(ctx, "alice", false)
+		err := login(ctx, "alice", "billing-svc", false)
 		fmt.Println(status.Code(err), err)
 	}
-	fmt.Println(login(ctx, "bob", true))
+	fmt.Println(login(ctx, "alice", "shop-svc", true))
 	// Output:
 	// Unknown invalid username or password
 	// Unknown invalid username or password

@@ -33,12 +33,19 @@ func withClock(th *Throttle, c *clock) *Throttle {
 	return th
 }
 
-// try runs one login for username that ends with r, unless it is
-// throttled: then it returns the retry-after the call was told.
+// try runs one login for username by the caller "billing" that ends with
+// r, unless it is throttled: then it returns the retry-after the call was
+// told.
 func try(t *testing.T, th *Throttle, username string, r Result) (throttled bool, wait time.Duration) {
 	t.Helper()
+	return tryAs(t, th, username, "billing", r)
+}
+
+// tryAs is try by caller.
+func tryAs(t *testing.T, th *Throttle, username, caller string, r Result) (throttled bool, wait time.Duration) {
+	t.Helper()
 	ci := &callinfo.Info{}
-	a, err := th.Begin(callinfo.NewContext(t.Context(), ci), username)
+	a, err := th.Begin(callinfo.NewContext(t.Context(), ci), username, caller)
 	if err != nil {
 		wantThrottled(t, err)
 		return true, ci.RetryAfter
@@ -130,19 +137,101 @@ func wantResults(t *testing.T, a, b *Throttle) {
 	}
 }
 
+// TestPerCaller checks that failures count per caller: one caller's
+// failures throttle its own logins for the username, not another's, nor
+// does another's success let it in again; and that the failures of all
+// callers together, at maxAll, throttle every caller, the first to fail
+// and one that never did alike.
+func TestPerCaller(t *testing.T) {
+	th := withClock(New(3, time.Minute, WithMaxAll(7)), newClock())
+	wantPerCaller(t, th, th)
+}
+
+// wantPerCaller checks, on throttles of 3 failures of a caller and 7 of
+// all callers a window that share their counts (one throttle twice, or two
+// replicas on one Redis), the rules of TestPerCaller.
+func wantPerCaller(t *testing.T, a, b *Throttle) {
+	t.Helper()
+	for i := range 3 {
+		if throttled, _ := tryAs(t, a, "alice", "key-a", Failed); throttled {
+			t.Fatalf("key-a's failure %d throttled, want the first 3 to pass", i+1)
+		}
+	}
+	if throttled, wait := tryAs(t, b, "alice", "key-a", Succeeded); !throttled || wait <= 0 {
+		t.Errorf("key-a after its 3 failures: throttled %v, retry after %v; want throttled", throttled, wait)
+	}
+	if throttled, _ := tryAs(t, b, "alice", "key-b", Succeeded); throttled {
+		t.Error("key-b's login for alice throttled by key-a's failures")
+	}
+	if throttled, _ := tryAs(t, a, "alice", "key-a", Succeeded); !throttled {
+		t.Error("key-a let in by key-b's success")
+	}
+	// 3 failures so far; 4 more over other callers reach the ceiling.
+	for i, caller := range []string{"key-b", "key-c", "key-c", "key-d"} {
+		if throttled, _ := tryAs(t, []*Throttle{a, b}[i%2], "alice", caller, Failed); throttled {
+			t.Fatalf("failure %d of all callers (by %s) throttled, want 7 to pass", 4+i, caller)
+		}
+	}
+	for _, caller := range []string{"key-b", "key-e", ""} {
+		if throttled, wait := tryAs(t, b, "alice", caller, Succeeded); !throttled || wait <= 0 {
+			t.Errorf("%q after 7 failures of all callers: throttled %v, retry after %v; want throttled", caller, throttled, wait)
+		}
+	}
+	if throttled, _ := tryAs(t, a, "bob", "key-a", Failed); throttled {
+		t.Error("bob throttled by alice's failures")
+	}
+}
+
+// TestCeilingWindow checks the windows of the two counts: a caller's
+// success starts its own count afresh but leaves the count of all callers
+// to its window, whose end is the retry-after of the logins it throttles,
+// and after which every caller may log in again.
+func TestCeilingWindow(t *testing.T) {
+	c := newClock()
+	th := withClock(New(2, 10*time.Second, WithMaxAll(3)), c)
+	tryAs(t, th, "alice", "key-a", Failed)
+	c.advance(2 * time.Second)
+	tryAs(t, th, "alice", "key-b", Failed)
+	tryAs(t, th, "alice", "key-b", Succeeded)
+	c.advance(2 * time.Second)
+	tryAs(t, th, "alice", "key-c", Failed)
+	// Three failures of all callers, the first 4 s ago.
+	if throttled, wait := tryAs(t, th, "alice", "key-b", Succeeded); !throttled || wait != 6*time.Second {
+		t.Errorf("after 3 failures of all callers: throttled %v, retry after %v; want true after 6s", throttled, wait)
+	}
+	c.advance(6 * time.Second)
+	if throttled, _ := tryAs(t, th, "alice", "key-b", Succeeded); throttled {
+		t.Error("throttled when the window of all callers has passed")
+	}
+}
+
+// TestDefaultCeiling checks that the ceiling is 10 times a caller's
+// limit unless set.
+func TestDefaultCeiling(t *testing.T) {
+	th := New(2, time.Minute)
+	for i := range 20 {
+		if throttled, _ := tryAs(t, th, "alice", fmt.Sprintf("key-%d", i), Failed); throttled {
+			t.Fatalf("failure %d of 20, each by another caller, throttled", i+1)
+		}
+	}
+	if throttled, _ := tryAs(t, th, "alice", "key-new", Succeeded); !throttled {
+		t.Error("not throttled after 20 failures of all callers, 10 times the 2 of one")
+	}
+}
+
 // TestTurns checks that logins of one username take turns: while one
 // runs, the next waits (here past its deadline: it gets the context's
 // error), and runs once it has ended; nothing is left of a line when its
 // logins have ended.
 func TestTurns(t *testing.T) {
 	th := New(3, time.Minute)
-	first, err := th.Begin(t.Context(), "carol")
+	first, err := th.Begin(t.Context(), "carol", "billing")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
 	defer cancel()
-	if _, err := th.Begin(ctx, "carol"); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := th.Begin(ctx, "carol", "billing"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("second login while the first runs: got %v, want it to wait past its deadline", err)
 	}
 	first.End(t.Context(), Succeeded)
@@ -159,22 +248,26 @@ func TestTurns(t *testing.T) {
 // is full; other usernames do not wait.
 func TestLastTurn(t *testing.T) {
 	th := New(1, time.Minute, WithMaxWaiting(1))
-	first, err := th.Begin(t.Context(), "alice")
+	first, err := th.Begin(t.Context(), "alice", "billing")
 	if err != nil {
 		t.Fatal(err)
 	}
 	second := make(chan error, 1)
 	go func() {
-		a, err := th.Begin(t.Context(), "alice")
+		a, err := th.Begin(t.Context(), "alice", "billing")
 		a.End(t.Context(), Undecided)
 		second <- err
 	}()
-	waitRefs(t, th, "alice", 2)
-	if _, err := th.Begin(t.Context(), "alice"); !errors.Is(err, ErrBusy) {
+	waitRefs(t, th, attemptKey{"alice", "billing"}, 2)
+	if _, err := th.Begin(t.Context(), "alice", "billing"); !errors.Is(err, ErrBusy) {
 		t.Errorf("third login with one waiting already: got %v, want ErrBusy", err)
 	}
-	if _, err := th.Begin(t.Context(), "bob"); err != nil {
+	if _, err := th.Begin(t.Context(), "bob", "billing"); err != nil {
 		t.Errorf("bob waits for alice's turn: %v", err)
+	}
+	// Another caller's login for alice has a line of its own.
+	if _, err := th.Begin(t.Context(), "alice", "shop"); err != nil {
+		t.Errorf("another caller's login for alice waits for billing's turn: %v", err)
 	}
 	select {
 	case err := <-second:
@@ -183,19 +276,19 @@ func TestLastTurn(t *testing.T) {
 	}
 	first.End(t.Context(), Failed)
 	wantThrottled(t, <-second)
-	if n := len(th.gate.lines); n != 1 {
-		t.Errorf("%d lines left, want bob's alone (his attempt was not ended)", n)
+	if n := len(th.gate.lines); n != 2 {
+		t.Errorf("%d lines left, want bob's and shop's alone (their attempts were not ended)", n)
 	}
 }
 
-// waitRefs waits up to 5 s until username's line holds n logins, running
-// or waiting.
-func waitRefs(t *testing.T, th *Throttle, username string, n int) {
+// waitRefs waits up to 5 s until k's line holds n logins, running or
+// waiting.
+func waitRefs(t *testing.T, th *Throttle, k attemptKey, n int) {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
 		th.gate.mu.Lock()
 		got := 0
-		if l := th.gate.lines[username]; l != nil {
+		if l := th.gate.lines[k]; l != nil {
 			got = l.refs
 		}
 		th.gate.mu.Unlock()
@@ -203,7 +296,7 @@ func waitRefs(t *testing.T, th *Throttle, username string, n int) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s's line holds %d logins after 5s, want %d", username, got, n)
+			t.Fatalf("%v's line holds %d logins after 5s, want %d", k, got, n)
 		}
 	}
 }
@@ -223,7 +316,7 @@ func TestRace(t *testing.T) {
 		var wg sync.WaitGroup
 		for range 30 {
 			wg.Go(func() {
-				a, err := th.Begin(t.Context(), test.username)
+				a, err := th.Begin(t.Context(), test.username, "billing")
 				if err != nil {
 					return
 				}
@@ -269,13 +362,14 @@ func TestBound(t *testing.T) {
 		}
 		try(t, th, fmt.Sprintf("shed-%d", i), Undecided)
 	}
-	if n := th.local.failed.Len(); n != 3 {
-		t.Fatalf("%d usernames kept, want 3", n)
+	if n, m := th.local.byCaller.Len(), th.local.byUsername.Len(); n != 3 || m != 3 {
+		t.Fatalf("%d callers' and %d usernames' counts kept, want 3 of each", n, m)
 	}
 	// One more failing username pushes out alice, the oldest failure.
 	try(t, th, "dave", Failed)
-	if th.local.failed.Contains("alice") || !th.local.failed.Contains("bob") {
-		t.Errorf("kept %v, want alice forgotten first", th.local.failed.Keys())
+	if th.local.byUsername.Contains("alice") || !th.local.byUsername.Contains("bob") ||
+		th.local.byCaller.Contains(attemptKey{"alice", "billing"}) || !th.local.byCaller.Contains(attemptKey{"bob", "billing"}) {
+		t.Errorf("kept %v and %v, want alice forgotten first", th.local.byCaller.Keys(), th.local.byUsername.Keys())
 	}
 	if throttled, _ := try(t, th, "alice", Failed); throttled {
 		t.Error("alice still throttled after being forgotten")
@@ -283,24 +377,26 @@ func TestBound(t *testing.T) {
 }
 
 // TestLocalMemory measures the in-process counts at their bound, with the
-// longest usernames, for the size stated at defaultSize.
+// longest usernames, for the size stated at defaultSize: however many
+// callers fail, each count holds at most defaultSize entries.
 func TestLocalMemory(t *testing.T) {
 	th := New(10, time.Hour)
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
+	callers := []string{"billing", "shop", "mobile-app"}
 	for i := range defaultSize + 1000 {
-		try(t, th, fmt.Sprintf("%064d", i), Failed)
+		tryAs(t, th, fmt.Sprintf("%064d", i), callers[i%len(callers)], Failed)
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&after)
-	if n := th.local.failed.Len(); n != defaultSize {
-		t.Fatalf("%d usernames kept, want %d", n, defaultSize)
+	if n, m := th.local.byCaller.Len(), th.local.byUsername.Len(); n != defaultSize || m != defaultSize {
+		t.Fatalf("%d callers' and %d usernames' counts kept, want %d of each", n, m, defaultSize)
 	}
 	grown := int64(after.HeapAlloc) - int64(before.HeapAlloc)
-	t.Logf("%d usernames of 64 characters: %.1f MiB, %d bytes each", defaultSize, float64(grown)/(1<<20), grown/defaultSize)
-	if grown > 32<<20 {
-		t.Errorf("the counts hold %.1f MiB at their bound, want under 32 MiB", float64(grown)/(1<<20))
+	t.Logf("%d usernames of 64 characters, with their callers: %.1f MiB, %d bytes each", defaultSize, float64(grown)/(1<<20), grown/defaultSize)
+	if grown > 64<<20 {
+		t.Errorf("the counts hold %.1f MiB at their bound, want under 64 MiB", float64(grown)/(1<<20))
 	}
 	runtime.KeepAlive(th)
 }

@@ -51,8 +51,22 @@ func TestShared(t *testing.T) {
 	wantResults(t, a, b)
 
 	for _, th := range []*Throttle{a, b} {
-		if n := th.local.failed.Len(); n != 0 {
+		if n := th.local.byUsername.Len(); n != 0 {
 			t.Errorf("%d usernames counted in process with Redis up, want none", n)
+		}
+	}
+}
+
+// TestSharedPerCaller checks the counts per caller and of all callers on
+// two replicas sharing one Redis, and that they are kept there alone.
+func TestSharedPerCaller(t *testing.T) {
+	srv := redistest.Start(t)
+	a := New(3, time.Minute, WithMaxAll(7), WithRedis(newBackend(t, srv.URL())))
+	b := New(3, time.Minute, WithMaxAll(7), WithRedis(newBackend(t, srv.URL())))
+	wantPerCaller(t, a, b)
+	for _, th := range []*Throttle{a, b} {
+		if n, m := th.local.byCaller.Len(), th.local.byUsername.Len(); n != 0 || m != 0 {
+			t.Errorf("%d callers' and %d usernames' counts in process with Redis up, want none", n, m)
 		}
 	}
 }
@@ -69,7 +83,7 @@ func TestSharedRace(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 30 {
 		wg.Go(func() {
-			a, err := replicas[i%2].Begin(t.Context(), "alice")
+			a, err := replicas[i%2].Begin(t.Context(), "alice", "billing")
 			if err != nil {
 				return
 			}
@@ -84,7 +98,7 @@ func TestSharedRace(t *testing.T) {
 		t.Errorf("%d of 30 concurrent failing logins got through, want 3, or 4 (one more on the second replica)", n)
 	}
 	for i, th := range replicas {
-		if n := th.local.failed.Len(); n != 0 {
+		if n := th.local.byUsername.Len(); n != 0 {
 			t.Errorf("replica %d counted %d usernames in process: Redis did not answer in time", i, n)
 		}
 	}
@@ -97,7 +111,7 @@ func TestSharedAtOnce(t *testing.T) {
 	srv := redistest.Start(t)
 	a := New(1, time.Minute, WithRedis(newBackend(t, srv.URL())))
 	b := New(1, time.Minute, WithRedis(newBackend(t, srv.URL())))
-	running, err := a.Begin(t.Context(), "alice")
+	running, err := a.Begin(t.Context(), "alice", "billing")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +119,7 @@ func TestSharedAtOnce(t *testing.T) {
 	try(t, b, "alice", Failed)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	_, err = a.Begin(ctx, "alice")
+	_, err = a.Begin(ctx, "alice", "billing")
 	wantThrottled(t, err)
 }
 
@@ -157,7 +171,7 @@ func TestSharedFallback(t *testing.T) {
 	if backend.Up() {
 		t.Error("backend up with Redis stopped")
 	}
-	if n := th.local.failed.Len(); n != 1 {
+	if n := th.local.byUsername.Len(); n != 1 {
 		t.Errorf("%d usernames counted in process, want bob alone", n)
 	}
 
@@ -165,7 +179,7 @@ func TestSharedFallback(t *testing.T) {
 	waitUp(t, backend)
 	// A restarted Redis is empty; what it counts now, it shares.
 	try(t, th, "carol", Failed)
-	if th.local.failed.Contains("carol") {
+	if th.local.byUsername.Contains("carol") {
 		t.Error("carol counted in process with Redis back")
 	}
 
@@ -178,7 +192,7 @@ func TestSharedFallback(t *testing.T) {
 	if took := time.Since(start); took > 10*time.Second {
 		t.Errorf("a login with Redis hung took %v, want about the timeout (1s)", took)
 	}
-	if !th.local.failed.Contains("dave") {
+	if !th.local.byUsername.Contains("dave") {
 		t.Error("dave not counted in process with Redis hung")
 	}
 }

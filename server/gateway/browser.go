@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
+	"github.com/shebasvc/sheba/codec/protobound"
 	"github.com/shebasvc/sheba/interceptors/reason"
 	"github.com/shebasvc/sheba/interceptors/retryafter"
 )
@@ -51,9 +52,12 @@ import (
 //     protobuf message, so that what does not decode is the client's
 //     INVALID_ARGUMENT MALFORMED_BODY, as on REST (grpc-go would decode it
 //     before the chain and answer INTERNAL), and vanguard gets a body it
-//     accepts as it is;
+//     accepts as it is; a protobuf message whose repeated field is over
+//     its bound is not unmarshalled but passed on, for the grpc.Server's
+//     codec to refuse it through the chain (server.Codec);
 //   - resource_exhausted BODY_TOO_LARGE for a message over
-//     http.max_body_bytes, as declared, as read, or decompressed;
+//     grpc.max_recv_bytes (or a body over http.max_body_bytes, when that is
+//     smaller), as declared, as read, or decompressed;
 //   - the protocol headers vanguard would refuse without an ErrorInfo: a
 //     timeout that does not parse (INVALID_ARGUMENT), an encoding other
 //     than gzip (UNSUPPORTED_CONTENT_ENCODING);
@@ -144,7 +148,9 @@ type browser struct {
 	transcoder *vanguard.Transcoder
 	authn      Authenticator
 	slots      *bodySlots
-	maxBody    int64
+	// maxMessage bounds a call's message, as sent and decompressed.
+	maxMessage int64
+	bounds     *protobound.Bounds
 	// methods are the full method names the API has, each with the type
 	// of its request message.
 	methods map[string]protoreflect.MessageType
@@ -157,6 +163,10 @@ type browser struct {
 // newBrowser returns the handler of the browser protocols for the services
 // of descs, served by srv (a grpc.Server's ServeHTTP).
 func newBrowser(srv http.Handler, descs []*grpc.ServiceDesc, o Options, slots *bodySlots, gw *runtime.ServeMux) (*browser, error) {
+	maxMessage := o.MaxBodyBytes
+	if o.MaxMessageBytes > 0 {
+		maxMessage = min(maxMessage, o.MaxMessageBytes)
+	}
 	// vanguard keeps up to this much of a message in memory, in either
 	// direction: a request's is bounded before (body), so this bounds the
 	// answers, which may be larger than a request (a page of a list). It
@@ -195,13 +205,13 @@ func newBrowser(srv http.Handler, descs []*grpc.ServiceDesc, o Options, slots *b
 		// decompressor is the bounded one only so that none is unbounded.
 		vanguard.WithCompression(vanguard.CompressionGzip,
 			func() connect.Compressor { return gzip.NewWriter(io.Discard) },
-			func() connect.Decompressor { return &vanguardGzip{boundedGzip: boundedGzip{limit: o.MaxBodyBytes}} }),
+			func() connect.Decompressor { return &vanguardGzip{boundedGzip: boundedGzip{limit: maxMessage}} }),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: browser protocols: %w", err)
 	}
 	return &browser{
-		transcoder: t, authn: o.Authenticator, slots: slots, maxBody: o.MaxBodyBytes,
+		transcoder: t, authn: o.Authenticator, slots: slots, maxMessage: maxMessage, bounds: o.RepeatedBounds,
 		methods: methods, errors: connect.NewErrorWriter(), gw: gw,
 	}, nil
 }
@@ -337,13 +347,13 @@ var resourceExhausted = strconv.Itoa(int(codes.ResourceExhausted))
 // skipped.
 func (b *browser) body(r *http.Request, p *browserProtocol, in protoreflect.MessageType) ([]byte, error) {
 	// The most a body may hold uncompressed, and as sent.
-	limit := b.maxBody + p.frame
+	limit := b.maxMessage + p.frame
 	sent := limit
 	if p.text {
 		sent = textLen(limit)
 	}
 	if r.ContentLength > sent {
-		return nil, bodyTooLarge(b.maxBody)
+		return nil, bodyTooLarge(b.maxMessage)
 	}
 	r, release, busy := b.slots.take(r)
 	if busy {
@@ -362,7 +372,7 @@ func (b *browser) body(r *http.Request, p *browserProtocol, in protoreflect.Mess
 	}
 	switch {
 	case int64(len(body)) > sent:
-		return nil, bodyTooLarge(b.maxBody)
+		return nil, bodyTooLarge(b.maxMessage)
 	case err != nil:
 		return nil, malformed("the request body could not be read")
 	}
@@ -373,7 +383,7 @@ func (b *browser) body(r *http.Request, p *browserProtocol, in protoreflect.Mess
 			return nil, malformed(fmt.Sprintf("the request body is not one base64 string (%v)", err))
 		}
 		if body = bin[:n]; int64(len(body)) > limit {
-			return nil, bodyTooLarge(b.maxBody)
+			return nil, bodyTooLarge(b.maxMessage)
 		}
 	}
 	msg, compressed, enc := body, false, r.Header.Get("Content-Encoding")
@@ -395,7 +405,7 @@ func (b *browser) body(r *http.Request, p *browserProtocol, in protoreflect.Mess
 	if compressed {
 		switch {
 		case strings.EqualFold(enc, "gzip"):
-			if msg, err = gunzip(msg, b.maxBody); err != nil {
+			if msg, err = gunzip(msg, b.maxMessage); err != nil {
 				return nil, err
 			}
 		case enc == "" || enc == "identity":
@@ -406,8 +416,13 @@ func (b *browser) body(r *http.Request, p *browserProtocol, in protoreflect.Mess
 		}
 	}
 	if !p.json && len(msg) > 0 {
-		if err := proto.Unmarshal(msg, in.New().Interface()); err != nil {
-			return nil, malformed(reason.Clip(reason.ValidUTF8(fmt.Sprintf("the request body is not a %s message: %v", in.Descriptor().FullName(), err))))
+		// A message over a repeated field's bound is left unread, for the
+		// chain to refuse (server.Codec): vanguard passes a protobuf
+		// message on as it is.
+		if _, over := b.bounds.CheckWire(in.Descriptor(), msg); !over {
+			if err := proto.Unmarshal(msg, in.New().Interface()); err != nil {
+				return nil, malformed(reason.Clip(reason.ValidUTF8(fmt.Sprintf("the request body is not a %s message: %v", in.Descriptor().FullName(), err))))
+			}
 		}
 	}
 	switch {

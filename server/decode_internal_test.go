@@ -111,3 +111,21 @@ func TestCheckRequestDecoded(t *testing.T) {
 		t.Errorf("CheckRequest of a Ping: %v allocations, want none", allocs)
 	}
 }
+
+// BenchmarkCheckRequest is the chain's bounds link on a decoded request:
+// one without a bounded field (Ping), and one with (its list counted).
+func BenchmarkCheckRequest(b *testing.B) {
+	for _, req := range []proto.Message{
+		&shebav1.PingRequest{},
+		&shebav1.CreateWebhookEndpointRequest{Url: "https://example.com/hook", EventTypes: EventTypes()},
+	} {
+		b.Run(string(req.ProtoReflect().Descriptor().Name()), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := CheckRequest(req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

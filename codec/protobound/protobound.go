@@ -9,7 +9,15 @@ import (
 // may hold. It is not changed after New and is safe for concurrent use; a
 // nil *Bounds bounds nothing.
 type Bounds struct {
-	byMessage map[protoreflect.MessageDescriptor][]field
+	// messages are few (the types with a bounded field): a scan of them is
+	// cheaper than a map's hash, on every message checked.
+	messages []message
+}
+
+// message is a message type with a bounded field, and its bounded fields.
+type message struct {
+	md     protoreflect.MessageDescriptor
+	fields []field
 }
 
 // field is a bounded field and its bound.
@@ -29,8 +37,12 @@ type Violation struct {
 // no bound. Messages are told apart by their descriptor: those of the
 // generated types, which protoregistry and every generated message share.
 func New(maxItems func(protoreflect.FieldDescriptor) int, msgs ...protoreflect.MessageDescriptor) *Bounds {
-	b := &Bounds{byMessage: map[protoreflect.MessageDescriptor][]field{}}
+	b := &Bounds{}
 	for _, md := range msgs {
+		if b.fields(md) != nil {
+			continue // listed twice
+		}
+		var fields []field
 		fds := md.Fields()
 		for i := range fds.Len() {
 			fd := fds.Get(i)
@@ -38,17 +50,33 @@ func New(maxItems func(protoreflect.FieldDescriptor) int, msgs ...protoreflect.M
 				continue
 			}
 			if n := maxItems(fd); n > 0 {
-				b.byMessage[md] = append(b.byMessage[md], field{fd, n})
+				fields = append(fields, field{fd, n})
 			}
+		}
+		if fields != nil {
+			b.messages = append(b.messages, message{md, fields})
 		}
 	}
 	return b
 }
 
+// fields returns the bounded fields of messages of type md, or nil.
+func (b *Bounds) fields(md protoreflect.MessageDescriptor) []field {
+	if b == nil {
+		return nil
+	}
+	for i := range b.messages {
+		if b.messages[i].md == md {
+			return b.messages[i].fields
+		}
+	}
+	return nil
+}
+
 // Has reports whether messages of type md have a bounded field: only theirs
 // need checking.
 func (b *Bounds) Has(md protoreflect.MessageDescriptor) bool {
-	return b != nil && len(b.byMessage[md]) > 0
+	return b.fields(md) != nil
 }
 
 // CheckWire reports the first bounded field of md of which the message
@@ -56,11 +84,8 @@ func (b *Bounds) Has(md protoreflect.MessageDescriptor) bool {
 // over it, without unmarshalling anything. A buf that does not parse
 // violates nothing: unmarshalling it reports the error.
 func (b *Bounds) CheckWire(md protoreflect.MessageDescriptor, buf []byte) (Violation, bool) {
-	if b == nil {
-		return Violation{}, false
-	}
-	fields := b.byMessage[md]
-	if len(fields) == 0 {
+	fields := b.fields(md)
+	if fields == nil {
 		return Violation{}, false
 	}
 	var small [8]int
@@ -93,10 +118,7 @@ func (b *Bounds) CheckWire(md protoreflect.MessageDescriptor, buf []byte) (Viola
 
 // Check is CheckWire for a decoded message.
 func (b *Bounds) Check(m protoreflect.Message) (Violation, bool) {
-	if b == nil {
-		return Violation{}, false
-	}
-	for _, f := range b.byMessage[m.Descriptor()] {
+	for _, f := range b.fields(m.Descriptor()) {
 		// Has first: Get of an empty list may allocate its view.
 		if !m.Has(f.fd) {
 			continue

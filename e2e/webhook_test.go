@@ -159,10 +159,10 @@ func TestWebhookEndpointBadInput(t *testing.T) {
 // TestWebhookEndpointBadInputBounded sends event types that are long or
 // many: the answer quotes at most reason.MaxQuoted bytes of each and lists
 // a bounded number of violations, so it stays small on both transports
-// whatever was sent.
+// whatever was sent (gRPC messages of up to a megabyte are let in for it).
 func TestWebhookEndpointBadInputBounded(t *testing.T) {
 	t.Parallel()
-	e := newTestEnv(t, allowPrivate)
+	e := newTestEnv(t, allowPrivate, func(c *config.Config) { c.GRPC.MaxRecvBytes = 1 << 20 })
 	many := make([]string, 20000)
 	for i := range many {
 		many[i] = fmt.Sprint("x", i)

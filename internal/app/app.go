@@ -233,8 +233,9 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 	// the HTTP server has let its requests finish (stopServers).
 	//
 	// Its messages come from the gateway's body reader, which holds a body
-	// as sent to grpc.max_recv_bytes; transcoded from JSON, a message may
-	// grow a little, and is not refused for that (no bound in its codec).
+	// as sent to grpc.max_recv_bytes (or http.max_body_bytes, if smaller);
+	// transcoded from JSON, a message may grow a little, and is not refused
+	// for that (no bound in its codec).
 	a.browser = newGRPCServer(cfg, a.streams, tp, nil, 0)
 	services.RegisterChained(a.browser, chain)
 

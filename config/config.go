@@ -52,8 +52,9 @@ type Operator struct {
 type HTTP struct {
 	// Addr is the host:port to listen on.
 	Addr string `yaml:"addr"`
-	// MaxBodyBytes bounds a request body after decompression, and a gRPC
-	// message; at most MaxBodyBytesLimit.
+	// MaxBodyBytes bounds a request body after decompression; at most
+	// MaxBodyBytesLimit (a browser protocol's message is bounded by
+	// GRPC.MaxRecvBytes too).
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 	// ReadHeaderTimeout bounds the time a client may take to send a
 	// request's headers.
@@ -88,6 +89,9 @@ type GRPC struct {
 	Reflection bool `yaml:"reflection"`
 	// MaxConcurrentStreams bounds the calls one connection carries at once.
 	MaxConcurrentStreams int `yaml:"max_concurrent_streams"`
+	// MaxRecvBytes bounds a gRPC, Connect or gRPC-Web request message
+	// after decompression: one larger is refused RESOURCE_EXHAUSTED.
+	MaxRecvBytes int `yaml:"max_recv_bytes"`
 }
 
 // Database configures the Postgres pool.
@@ -318,7 +322,7 @@ func Default() Config {
 			IdleTimeout:         2 * time.Minute,
 			MaxConcurrentBodies: 64,
 		},
-		GRPC:     GRPC{Addr: ":9090", Reflection: true, MaxConcurrentStreams: 256},
+		GRPC:     GRPC{Addr: ":9090", Reflection: true, MaxConcurrentStreams: 256, MaxRecvBytes: 64 << 10},
 		Database: Database{MaxConns: 16},
 		Limits: Limits{
 			MaxInflight:   512,

@@ -48,6 +48,12 @@ func TestDefault(t *testing.T) {
 		t.Errorf("Load with no file and no overrides mismatch (-want +got):\n%s", diff)
 	}
 
+	// The bound of a gRPC message is 64 KiB: sheba's valid requests are a
+	// few KiB.
+	if got := Default().GRPC.MaxRecvBytes; got != 64<<10 {
+		t.Errorf("grpc.max_recv_bytes defaults to %d, want 65536", got)
+	}
+
 	// Default must not share slices between calls.
 	a := Default()
 	a.Auth.Public[0] = "/changed.Service/Method"

@@ -44,6 +44,7 @@ func TestEnvNames(t *testing.T) {
 		"SHEBA_GRPC_ADDR",
 		"SHEBA_GRPC_REFLECTION",
 		"SHEBA_GRPC_MAX_CONCURRENT_STREAMS",
+		"SHEBA_GRPC_MAX_RECV_BYTES",
 		"SHEBA_DATABASE_URL",
 		"DATABASE_URL",
 		"SHEBA_DATABASE_MAX_CONNS",
@@ -123,7 +124,7 @@ func TestLoadFile(t *testing.T) {
 			name: "every key",
 			file: `
 http: { addr: "127.0.0.1:8081", max_body_bytes: 2048, read_header_timeout: 2s, read_timeout: 3s, idle_timeout: 4s, max_concurrent_bodies: 5, cors: { allowed_origins: ["https://app.example.com", "*"] } }
-grpc: { addr: "127.0.0.1:9091", reflection: false, max_concurrent_streams: 6 }
+grpc: { addr: "127.0.0.1:9091", reflection: false, max_concurrent_streams: 6, max_recv_bytes: 9000 }
 database: { url: "host=db dbname=sheba", max_conns: 4 }
 limits:
   max_inflight: 10
@@ -159,7 +160,7 @@ hook: { url: "unix:///run/hook.sock", protocol: http, methods: ["/sheba.v1.Accou
 						IdleTimeout: 4 * time.Second, MaxConcurrentBodies: 5,
 						CORS: CORS{AllowedOrigins: []string{"https://app.example.com", "*"}},
 					},
-					GRPC:     GRPC{Addr: "127.0.0.1:9091", Reflection: false, MaxConcurrentStreams: 6},
+					GRPC:     GRPC{Addr: "127.0.0.1:9091", Reflection: false, MaxConcurrentStreams: 6, MaxRecvBytes: 9000},
 					Database: Database{URL: "host=db dbname=sheba", MaxConns: 4},
 					Limits: Limits{
 						MaxInflight: 10, Rate: 100.5, Burst: 20,
@@ -262,6 +263,7 @@ log: { level: warn }
 				"SHEBA_HTTP_ADDR":            "127.0.0.1:8000",
 				"SHEBA_HTTP_MAX_BODY_BYTES":  "4096",
 				"SHEBA_GRPC_REFLECTION":      "false",
+				"SHEBA_GRPC_MAX_RECV_BYTES":  "131072",
 				"SHEBA_DATABASE_MAX_CONNS":   "3",
 				"SHEBA_LIMITS_MAX_INFLIGHT":  "50",
 				"SHEBA_LIMITS_RATE":          "2.5",
@@ -280,6 +282,7 @@ log: { level: warn }
 				c.HTTP.Addr = "127.0.0.1:8000"
 				c.HTTP.MaxBodyBytes = 4096
 				c.GRPC.Reflection = false
+				c.GRPC.MaxRecvBytes = 128 << 10
 				c.Database.MaxConns = 3
 				c.Limits.MaxInflight = 50
 				c.Limits.Rate = 2.5
@@ -484,6 +487,13 @@ func TestLoadErrors(t *testing.T) {
 			wantKey: "shutdown.drain_delay",
 			wantEnv: "SHEBA_SHUTDOWN_DRAIN_DELAY",
 			wantMsg: "want a duration",
+		},
+		{
+			name:    "env: grpc.max_recv_bytes out of range",
+			env:     map[string]string{"SHEBA_GRPC_MAX_RECV_BYTES": "0"},
+			wantKey: "grpc.max_recv_bytes",
+			wantEnv: "SHEBA_GRPC_MAX_RECV_BYTES",
+			wantMsg: "grpc.max_recv_bytes (SHEBA_GRPC_MAX_RECV_BYTES): must be from 1 to 67108864 (64 MiB), got 0",
 		},
 		{
 			name:    "env: bad bool",

@@ -55,6 +55,12 @@ func (c Config) check() *Error {
 		func() *Error { return checkAddr("grpc.addr", c.GRPC.Addr) },
 		func() *Error { return checkAddrsDiffer(c.HTTP.Addr, c.GRPC.Addr) },
 		func() *Error { return atLeast("grpc.max_concurrent_streams", c.GRPC.MaxConcurrentStreams, 1) },
+		func() *Error {
+			if n := c.GRPC.MaxRecvBytes; n < 1 || n > maxRecvBytes {
+				return bad("grpc.max_recv_bytes", "must be from 1 to %d (64 MiB), got %d", maxRecvBytes, n)
+			}
+			return nil
+		},
 		func() *Error { return checkDatabaseURL(c.Database.URL) },
 		func() *Error { return atLeast("database.max_conns", c.Database.MaxConns, 1) },
 		func() *Error { return atLeast("limits.max_inflight", c.Limits.MaxInflight, 1) },
@@ -188,6 +194,12 @@ func (c Config) check() *Error {
 	}
 	return nil
 }
+
+// maxRecvBytes is the largest grpc.max_recv_bytes: a message is held whole
+// in memory before it is decoded, and sheba's valid requests are a few KiB,
+// so 64 MiB (as much as http.max_body_bytes may be) leaves room for any
+// use without letting one message take a pod's memory.
+const maxRecvBytes = 64 << 20
 
 // checkPagingSecret checks paging.secret: empty, or 32 bytes in hex. The
 // message never repeats the value, which is a secret.

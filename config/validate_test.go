@@ -53,6 +53,8 @@ func TestValidate(t *testing.T) {
 		}},
 		{name: "operator port", change: func(c *Config) { c.Operator.Addr = ":8081" }},
 		{name: "hook cache off", change: func(c *Config) { c.Hook.CacheEntries = 0 }},
+		{name: "gRPC messages of 64 MiB", change: func(c *Config) { c.GRPC.MaxRecvBytes = 64 << 20 }},
+		{name: "gRPC messages larger than REST bodies", change: func(c *Config) { c.HTTP.MaxBodyBytes, c.GRPC.MaxRecvBytes = 1024, 4096 }},
 		{name: "drain delay inside timeout", change: func(c *Config) { c.Shutdown.DrainDelay, c.Shutdown.Timeout = 5*time.Second, 6*time.Second }},
 
 		// One failing case per rule, in the order Validate checks them.
@@ -175,6 +177,18 @@ func TestValidate(t *testing.T) {
 			change:  func(c *Config) { c.GRPC.MaxConcurrentStreams = 0 },
 			wantKey: "grpc.max_concurrent_streams",
 			wantMsg: "grpc.max_concurrent_streams: must be at least 1, got 0",
+		},
+		{
+			name:    "grpc.max_recv_bytes zero",
+			change:  func(c *Config) { c.GRPC.MaxRecvBytes = 0 },
+			wantKey: "grpc.max_recv_bytes",
+			wantMsg: "grpc.max_recv_bytes: must be from 1 to 67108864 (64 MiB), got 0",
+		},
+		{
+			name:    "grpc.max_recv_bytes over 64 MiB",
+			change:  func(c *Config) { c.GRPC.MaxRecvBytes = 64<<20 + 1 },
+			wantKey: "grpc.max_recv_bytes",
+			wantMsg: "grpc.max_recv_bytes: must be from 1 to 67108864 (64 MiB), got 67108865",
 		},
 		{
 			name:    "database.url empty",

@@ -9,22 +9,28 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/shebasvc/sheba/config"
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
+	"github.com/shebasvc/sheba/interceptors/reason"
 )
 
 // The REST gateway's own rules (routing errors, 415, the body limit, the
 // operator endpoints) are tested in server/gateway; here is what the
 // assembly adds to them.
 
-// TestBodyLimit: gRPC messages over http.max_body_bytes are
-// RESOURCE_EXHAUSTED, as REST bodies over it are 413 (TestGatewayErrorDetails).
+// TestBodyLimit: gRPC messages over grpc.max_recv_bytes are
+// RESOURCE_EXHAUSTED BODY_TOO_LARGE, as REST bodies over
+// http.max_body_bytes are 413 (TestGatewayErrorDetails), and change nothing.
 func TestBodyLimit(t *testing.T) {
 	t.Parallel()
-	e := newTestEnv(t, func(c *config.Config) { c.HTTP.MaxBodyBytes = 1024 })
+	e := newTestEnv(t, func(c *config.Config) { c.GRPC.MaxRecvBytes = 1024 })
 	_, err := e.account.CreateAccount(t.Context(), &shebav1.CreateAccountRequest{Username: "judy", Password: strings.Repeat("p", 2000)})
 	wantGRPCError(t, err, codes.ResourceExhausted, "")
+	if got := reasonOf(status.Convert(err)); got != reason.BodyTooLarge {
+		t.Errorf("reason %q, want %s", got, reason.BodyTooLarge)
+	}
 
 	n := e.count(t, `SELECT count(*) FROM accounts`)
 	if n != 0 {

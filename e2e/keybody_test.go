@@ -64,7 +64,7 @@ func liveHeap() uint64 {
 // 4 KiB that quotes at most 256 bytes of the name; without it, a 401 whose
 // body was never decoded; the server's live heap grows by less than 64 MiB
 // either way. The unauthenticated calls are rejected by the chain, once
-// each, as on gRPC. Not parallel: it measures the heap.
+// each. Not parallel: it measures the heap.
 func TestBigUnknownFieldsAreBounded(t *testing.T) {
 	const (
 		bodies    = 300
@@ -163,7 +163,8 @@ func TestBigUnknownFieldsAreBounded(t *testing.T) {
 	wantRESTError(t, r, http.StatusBadRequest, codes.InvalidArgument, "")
 	r = e.do(t, http.MethodPost, "/v1/accounts", string(corrupt), "Content-Encoding", "gzip", "X-Api-Key", "")
 	wantRESTError(t, r, http.StatusUnauthorized, codes.Unauthenticated, "")
-	// gRPC is as it was: the chain's auth interceptor answers.
+	// On gRPC the key is checked before the message is read (the server's
+	// tap: TestGRPCKeyBeforeMessage).
 	_, err := shebav1.NewAccountServiceClient(e.anon).CreateAccount(t.Context(), &shebav1.CreateAccountRequest{Username: "nokey", Password: "password1"})
 	if status.Code(err) != codes.Unauthenticated {
 		t.Errorf("gRPC CreateAccount without a key: got %v, want Unauthenticated", err)

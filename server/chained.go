@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 )
@@ -17,6 +18,12 @@ import (
 // interceptor of its own for these services. A method missing from
 // direct keeps its generated handler, given chain as its interceptor
 // (TestDirectCoversEveryMethod keeps direct complete).
+//
+// A grpc.Server it registers on takes Codec (grpc.ForceServerCodecV2), so
+// that a request refused before it is unmarshalled (a message over
+// grpc.max_recv_bytes, a repeated field over MaxItems) reaches the chain,
+// which answers it: each method hands the chain the refusal in place of the
+// message, and the chain's CheckRequest link answers it.
 func (s *Services) RegisterChained(r grpc.ServiceRegistrar, chain grpc.UnaryServerInterceptor) {
 	for _, svc := range s.services() {
 		desc := *svc.desc
@@ -44,28 +51,35 @@ func chained(service string, m grpc.MethodDesc, impl any, chain grpc.UnaryServer
 	m.Handler = func(_ any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
 		in := d.newRequest()
 		if err := dec(in); err != nil {
+			// grpc-go has answered it already (its RecvMsg writes the
+			// status of its errors), before the chain: a refusal the chain
+			// must answer goes through Codec instead.
 			return nil, err
 		}
-		return chain(ctx, in, info, handler)
+		return chain(ctx, in.request(), info, handler)
 	}
 	return m
 }
 
 // directMethod is one method called without its generated handler: a new
-// request message to decode into, and the call of the service's method.
+// request to decode into (its message, which Codec may refuse instead),
+// and the call of the service's method.
 type directMethod struct {
-	newRequest func() any
+	newRequest func() decodeTarget
 	call       func(impl any, ctx context.Context, req any) (any, error)
 }
 
 // method makes the directMethod of f, a method expression of a service
 // interface (shebav1.PingServiceServer.Ping). Like the generated handler,
 // it hands back the method's *Res as it is, nil included.
-func method[S, Req, Res any](f func(S, context.Context, *Req) (*Res, error)) directMethod {
+func method[S, Req any, P interface {
+	*Req
+	proto.Message
+}, Res any](f func(S, context.Context, P) (*Res, error)) directMethod {
 	return directMethod{
-		newRequest: func() any { return new(Req) },
+		newRequest: func() decodeTarget { return new(request[Req, P]) },
 		call: func(impl any, ctx context.Context, req any) (any, error) {
-			return f(impl.(S), ctx, req.(*Req))
+			return f(impl.(S), ctx, req.(P))
 		},
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 )
@@ -34,7 +35,7 @@ func TestDirectCoversEveryMethod(t *testing.T) {
 			if !errors.Is(err, stop) {
 				t.Fatalf("%s: generated handler: %v", full, err)
 			}
-			if got, want := reflect.TypeOf(d.newRequest()), reflect.TypeOf(generated); got != want {
+			if got, want := reflect.TypeOf(d.newRequest().message()), reflect.TypeOf(generated); got != want {
 				t.Errorf("%s: direct decodes into %v, the generated handler into %v", full, got, want)
 			}
 		}
@@ -73,8 +74,9 @@ func TestRegisterChained(t *testing.T) {
 	r := registrar{}
 	s.RegisterChained(r, chain)
 	ping := r[shebav1.PingService_Ping_FullMethodName]
+	// What a codec sees: a message, whose reflection is the request's.
 	dec := func(in any) error {
-		if _, ok := in.(*shebav1.PingRequest); !ok {
+		if m, ok := in.(proto.Message); !ok || m.ProtoReflect().Descriptor().FullName() != "sheba.v1.PingRequest" {
 			t.Fatalf("decoding into %T", in)
 		}
 		return nil
@@ -106,5 +108,28 @@ func TestRegisterChained(t *testing.T) {
 	out, err = r[shebav1.PingService_Ping_FullMethodName].Handler(s.ping, context.Background(), dec, nil)
 	if err != nil || out.(*shebav1.PingResponse).GetMessage() != "pong" || len(calls) != 2 {
 		t.Fatalf("Ping outside direct: %v, %v, the chain ran %d times in all, want 2", out, err, len(calls))
+	}
+}
+
+// TestRegisterChainedRefusal: a request that the codec refused reaches the
+// chain as a refusal, which CheckRequest answers, and never the handler.
+func TestRegisterChainedRefusal(t *testing.T) {
+	refusal := errors.New("refused")
+	var got error
+	chain := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if got = CheckRequest(req); got != nil {
+			return nil, got
+		}
+		return handler(ctx, req)
+	}
+	s := &Services{ping: pingServer{}}
+	r := registrar{}
+	s.RegisterChained(r, chain)
+	dec := func(in any) error {
+		in.(decodeTarget).refuse(refusal)
+		return nil
+	}
+	if _, err := r[shebav1.PingService_Ping_FullMethodName].Handler(nil, context.Background(), dec, nil); !errors.Is(err, refusal) || !errors.Is(got, refusal) {
+		t.Errorf("got %v from the call, %v from CheckRequest; want the refusal", err, got)
 	}
 }

@@ -109,8 +109,16 @@ func IDFromContext(ctx context.Context) string {
 }
 
 // Authenticate identifies the caller of the call in ctx and returns ctx with
-// the caller id. It has the shape of go-grpc-middleware's auth.AuthFunc.
+// the caller id. It has the shape of go-grpc-middleware's auth.AuthFunc. A
+// caller that AuthenticateMetadata found already, and left in ctx, is taken
+// as it is: the key is neither read nor hashed again.
 func (a *Authenticator) Authenticate(ctx context.Context) (context.Context, error) {
+	if k, ok := ctx.Value(idKey{}).(*Key); ok {
+		if ci := callinfo.FromContext(ctx); ci != nil {
+			ci.CallerID = k.ID
+		}
+		return ctx, nil
+	}
 	method, _ := grpc.Method(ctx)
 	public := a.public[method]
 	key, err := keyFromMetadata(ctx)
@@ -137,6 +145,35 @@ func (a *Authenticator) Authenticate(ctx context.Context) (context.Context, erro
 	}
 	// A pointer into keys: storing it in the context allocates nothing
 	// beyond the context.
+	return context.WithValue(ctx, idKey{}, k), nil
+}
+
+// AuthenticateMetadata is Authenticate for a call that has not started: a
+// call of method (a full method name) whose request metadata are md, as
+// grpc-go's tap hands them over before it reads the message
+// (grpc.InTapHandle). The key is read from md as Authenticate reads it from
+// the call's metadata, and a rejection is counted (WithOnReject) and
+// answered with the same error. It returns ctx with the caller, which
+// Authenticate then takes without hashing the key again. A public method's
+// call is returned as it is, unread: Authenticate identifies its caller, if
+// any, and never refuses it. It makes no I/O, and allocates only the
+// context it returns.
+func (a *Authenticator) AuthenticateMetadata(ctx context.Context, method string, md metadata.MD) (context.Context, error) {
+	if a.public[method] {
+		return ctx, nil
+	}
+	// grpc-go's transport keys the metadata in lower case, as the
+	// constants are.
+	key, err := keyFrom(first(md[MetadataKey]), first(md[AuthorizationKey]))
+	if err != nil {
+		a.onReject(ctx)
+		return nil, err
+	}
+	k := a.lookup(key)
+	if k == nil {
+		a.onReject(ctx)
+		return nil, errUnknown
+	}
 	return context.WithValue(ctx, idKey{}, k), nil
 }
 

@@ -6,11 +6,14 @@ import (
 	"encoding/hex"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
+	"google.golang.org/protobuf/testing/protocmp"
 
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/interceptors/apikey"
@@ -41,14 +44,22 @@ type fakeStream struct {
 
 func (s *fakeStream) Method() string { return s.method }
 
+// twoKeys is an authenticator of the keys key-one (caller billing) and
+// key-two (reports), for which public is public, counting its rejections
+// in rejected.
+func twoKeys(t *testing.T, public string, rejected *int) *apikey.Authenticator {
+	t.Helper()
+	return apikey.New(
+		[]apikey.Key{mustKey(t, "billing", "key-one"), mustKey(t, "reports", "key-two")},
+		[]string{public},
+		apikey.WithOnReject(func(context.Context) { *rejected++ }),
+	)
+}
+
 func TestAuthenticate(t *testing.T) {
 	const private, public = "/sheba.v1.AccountService/GetAccount", "/sheba.v1.PingService/Ping"
 	var rejected int
-	a := apikey.New(
-		[]apikey.Key{mustKey(t, "billing", "key-one"), mustKey(t, "reports", "key-two")},
-		[]string{public},
-		apikey.WithOnReject(func(context.Context) { rejected++ }),
-	)
+	a := twoKeys(t, public, &rejected)
 	for _, test := range []struct {
 		name    string
 		ctx     context.Context
@@ -97,6 +108,99 @@ func TestAuthenticate(t *testing.T) {
 				t.Errorf("caller id in the chain: got %q, Info %q; want %q", got, ci.CallerID, test.wantID)
 			}
 		})
+	}
+}
+
+// TestAuthenticateMetadata: the check of the gRPC server's tap, on the
+// metadata before the call starts, answers as Authenticate answers, with
+// the same error and one rejection counted, and leaves a public method's
+// call unread.
+func TestAuthenticateMetadata(t *testing.T) {
+	const private, public = "/sheba.v1.AccountService/GetAccount", "/sheba.v1.PingService/Ping"
+	var rejected int
+	a := twoKeys(t, public, &rejected)
+	for _, test := range []struct {
+		name   string
+		method string
+		md     []string
+		wantID string // what the tap finds: "" for a public method's call
+	}{
+		{"x-api-key", private, []string{"x-api-key", "key-one"}, "billing"},
+		{"bearer", private, []string{"authorization", "Bearer key-two"}, "reports"},
+		{"x-api-key first", private, []string{"x-api-key", "key-two", "authorization", "Bearer key-one"}, "reports"},
+		{"missing", private, nil, ""},
+		{"wrong key", private, []string{"x-api-key", "key-three"}, ""},
+		{"basic scheme", private, []string{"authorization", "Basic a2V5LW9uZQ=="}, ""},
+		{"public without key", public, nil, ""},
+		{"public with wrong key", public, []string{"x-api-key", "nope"}, ""},
+		{"public with key", public, []string{"x-api-key", "key-one"}, ""},
+	} {
+		t.Run(test.name, func(t *testing.T) {
+			_, want := a.Authenticate(methodContext(test.method, test.md...))
+			before := rejected
+			ctx, err := a.AuthenticateMetadata(t.Context(), test.method, metadata.Pairs(test.md...))
+			if status.Code(err) != status.Code(want) || status.Convert(err).Message() != status.Convert(want).Message() {
+				t.Fatalf("got %v, want %v as Authenticate answers", err, want)
+			}
+			if err != nil {
+				if rejected != before+1 {
+					t.Errorf("onReject called %d times, want once", rejected-before)
+				}
+				if diff := cmp.Diff(status.Convert(want).Proto(), status.Convert(err).Proto(), protocmp.Transform()); diff != "" {
+					t.Errorf("status (-Authenticate's +got):\n%s", diff)
+				}
+				return
+			}
+			if got := apikey.IDFromContext(ctx); got != test.wantID {
+				t.Errorf("caller id: got %q, want %q", got, test.wantID)
+			}
+		})
+	}
+}
+
+// TestAuthenticatedOnce: the chain's Authenticate takes the caller that the
+// tap found, without reading the key again (so without hashing it again):
+// here the metadata the chain sees holds another key, or none, and the
+// caller is still the tap's.
+func TestAuthenticatedOnce(t *testing.T) {
+	const private = "/sheba.v1.AccountService/GetAccount"
+	a := apikey.New([]apikey.Key{mustKey(t, "billing", "key-one"), mustKey(t, "reports", "key-two")}, nil)
+	tapped, err := a.AuthenticateMetadata(t.Context(), private, metadata.Pairs("x-api-key", "key-one"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, md := range [][]string{nil, {"x-api-key", "key-two"}, {"x-api-key", "wrong"}} {
+		ctx := grpc.NewContextWithServerTransportStream(metadata.NewIncomingContext(tapped, metadata.Pairs(md...)), &fakeStream{method: private})
+		ci := &callinfo.Info{}
+		if _, err := a.Authenticate(callinfo.NewContext(ctx, ci)); err != nil || ci.CallerID != "billing" {
+			t.Errorf("metadata %q after the tap: got %v, caller %q; want the tap's caller, billing", md, err, ci.CallerID)
+		}
+	}
+
+	// Through a real server: the tap, then an interceptor that hands the
+	// chain metadata with a wrong key, then the chain's auth link.
+	wrongKey := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		return handler(metadata.NewIncomingContext(ctx, metadata.Pairs("x-api-key", "wrong")), req)
+	}
+	var seen string
+	client := interceptortest.ServeWith(t, []grpc.ServerOption{
+		grpc.InTapHandle(func(ctx context.Context, info *tap.Info) (context.Context, error) {
+			return a.AuthenticateMetadata(ctx, info.FullMethodName, info.Header)
+		}),
+		grpc.ChainUnaryInterceptor(wrongKey, auth.UnaryServerInterceptor(a.Authenticate)),
+	}, func(ctx context.Context) (*shebav1.PingResponse, error) {
+		seen = apikey.IDFromContext(ctx)
+		return &shebav1.PingResponse{Message: "pong"}, nil
+	})
+	if _, err := client.Ping(metadata.AppendToOutgoingContext(t.Context(), "x-api-key", "key-two"), &shebav1.PingRequest{}); err != nil {
+		t.Fatalf("with a key: %v", err)
+	}
+	if seen != "reports" {
+		t.Errorf("the handler saw caller %q, want reports, whom the tap found", seen)
+	}
+	_, err = client.Ping(t.Context(), &shebav1.PingRequest{})
+	if st := status.Convert(err); st.Code() != codes.Unauthenticated || len(st.Details()) != 1 {
+		t.Errorf("without a key: got %v with details %v, want Unauthenticated from the tap with its ErrorInfo", err, st.Details())
 	}
 }
 

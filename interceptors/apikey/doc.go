@@ -14,7 +14,11 @@
 // a key, and a valid key still identifies its caller. Known and Public ask
 // the same check without a call and without counting a rejection, for a
 // guard in front of the chain: the REST gateway reads no body of a call
-// that the chain will refuse.
+// that the chain will refuse. AuthenticateMetadata is the check of a gRPC
+// call before grpc-go reads its message (the gRPC server's tap): it
+// refuses and counts as Authenticate does, and leaves the caller it found
+// in the context, where Authenticate takes it without hashing the key
+// again.
 //
 // Codes: Unauthenticated for a missing key (reason API_KEY_MISSING), and for
 // a malformed or unknown one (API_KEY_INVALID).

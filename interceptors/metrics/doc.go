@@ -12,7 +12,9 @@
 // came by. It reads the caller id from callinfo after the call, so a call
 // rejected before authentication counts under api_key_id "none". Label
 // values are bounded: methods outside the served set count as "unknown",
-// and a caller id exists only for configured keys.
+// and a caller id exists only for configured keys. Refused counts a call
+// that the gRPC server's tap refuses before the chain (no valid API key) as
+// the interceptor counts one that a link refuses.
 //
 // The interceptor returns no codes of its own.
 package metrics

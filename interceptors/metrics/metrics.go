@@ -175,47 +175,63 @@ const unary = "unary"
 // as exemplar of its series when the call is sampled, and
 // sheba_requests_total.
 func (m *Metrics) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		start := time.Now()
-		meth, served := m.methods[info.FullMethod]
-		if !served {
-			// A method outside the served set: its series are not kept.
-			svc, name := splitMethod(info.FullMethod)
-			meth = &method{service: svc, name: name}
-		}
-		ex := exemplar(ctx)
-		svc, name := meth.service, meth.name
-		add(meth.started.get(func() prometheus.Counter { return m.started.WithLabelValues(unary, svc, name) }), ex)
-		add(meth.received.get(func() prometheus.Counter { return m.received.WithLabelValues(unary, svc, name) }), ex)
+	return m.intercept
+}
 
-		resp, err := handler(ctx, req)
+// Refused counts a call of method (a full method name) refused with err
+// before it reached the chain, where the interceptor would have counted it:
+// the gRPC server's tap refuses a call without a valid key before grpc-go
+// reads its message. It counts the call as the interceptor counts one that
+// a link refuses at once (started, received, handled under err's code, a
+// handling time, and sheba_requests_total under the caller of ctx, "none"
+// before authentication), so that no series tells where a call was
+// refused.
+func (m *Metrics) Refused(ctx context.Context, method string, err error) {
+	_, _ = m.intercept(ctx, nil, &grpc.UnaryServerInfo{FullMethod: method}, func(context.Context, any) (any, error) {
+		return nil, err
+	})
+}
 
-		// The grpc_server_* code reads context errors as grpc-go itself
-		// does; sheba_requests_total has status.Code's.
-		s, isStatus := status.FromError(err)
-		if !isStatus {
-			s = status.FromContextError(err)
-		}
-		code := s.Code()
-		if err == nil {
-			add(meth.sent.get(func() prometheus.Counter { return m.sent.WithLabelValues(unary, svc, name) }), ex)
-		}
-		add(meth.handled.get(code, func() prometheus.Counter {
-			return m.handled.WithLabelValues(unary, svc, name, code.String())
-		}), ex)
-		observer := meth.seconds.get(func() prometheus.Observer { return m.seconds.WithLabelValues(unary, svc, name) })
-		if ex != nil {
-			observer.(prometheus.ExemplarObserver).ObserveWithExemplar(time.Since(start).Seconds(), ex)
-		} else {
-			observer.Observe(time.Since(start).Seconds())
-		}
-
-		if !isStatus {
-			code = codes.Unknown
-		}
-		m.request(ctx, info.FullMethod, served, code).Inc()
-		return resp, err
+func (m *Metrics) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	start := time.Now()
+	meth, served := m.methods[info.FullMethod]
+	if !served {
+		// A method outside the served set: its series are not kept.
+		svc, name := splitMethod(info.FullMethod)
+		meth = &method{service: svc, name: name}
 	}
+	ex := exemplar(ctx)
+	svc, name := meth.service, meth.name
+	add(meth.started.get(func() prometheus.Counter { return m.started.WithLabelValues(unary, svc, name) }), ex)
+	add(meth.received.get(func() prometheus.Counter { return m.received.WithLabelValues(unary, svc, name) }), ex)
+
+	resp, err := handler(ctx, req)
+
+	// The grpc_server_* code reads context errors as grpc-go itself
+	// does; sheba_requests_total has status.Code's.
+	s, isStatus := status.FromError(err)
+	if !isStatus {
+		s = status.FromContextError(err)
+	}
+	code := s.Code()
+	if err == nil {
+		add(meth.sent.get(func() prometheus.Counter { return m.sent.WithLabelValues(unary, svc, name) }), ex)
+	}
+	add(meth.handled.get(code, func() prometheus.Counter {
+		return m.handled.WithLabelValues(unary, svc, name, code.String())
+	}), ex)
+	observer := meth.seconds.get(func() prometheus.Observer { return m.seconds.WithLabelValues(unary, svc, name) })
+	if ex != nil {
+		observer.(prometheus.ExemplarObserver).ObserveWithExemplar(time.Since(start).Seconds(), ex)
+	} else {
+		observer.Observe(time.Since(start).Seconds())
+	}
+
+	if !isStatus {
+		code = codes.Unknown
+	}
+	m.request(ctx, info.FullMethod, served, code).Inc()
+	return resp, err
 }
 
 // get returns the counter of code, looked up with lookup the first time.

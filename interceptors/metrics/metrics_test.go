@@ -87,6 +87,15 @@ grpc_server_handled_total{grpc_code="OK",grpc_method="Ping",grpc_service="sheba.
 	}
 }
 
+// ignoreTimings compares gathered families but for what timing sets: the
+// histograms' sums, their buckets' counts, and when each series was made.
+var ignoreTimings = []cmp.Option{
+	protocmp.Transform(),
+	protocmp.IgnoreFields(&dto.Histogram{}, "sample_sum", "created_timestamp"),
+	protocmp.IgnoreFields(&dto.Bucket{}, "cumulative_count", "cumulative_count_float"),
+	protocmp.IgnoreFields(&dto.Counter{}, "created_timestamp"),
+}
+
 // TestSameAsProvider holds the grpc_server_* family side by side with
 // go-grpc-middleware's prometheus provider, which it replaces: the same
 // series, values and exemplars after the same calls.
@@ -158,12 +167,54 @@ func TestSameAsProvider(t *testing.T) {
 	// buckets' counts and exemplar values, and when each series and
 	// exemplar was made. The buckets' exemplar labels are compared (the
 	// handler does nothing, so every call lands in the same buckets).
-	if diff := cmp.Diff(want, got, protocmp.Transform(),
-		protocmp.IgnoreFields(&dto.Histogram{}, "sample_sum", "created_timestamp"),
-		protocmp.IgnoreFields(&dto.Bucket{}, "cumulative_count", "cumulative_count_float"),
-		protocmp.IgnoreFields(&dto.Counter{}, "created_timestamp"),
-		protocmp.IgnoreFields(&dto.Exemplar{}, "timestamp", "value"),
-	); diff != "" {
+	if diff := cmp.Diff(want, got, append(ignoreTimings, protocmp.IgnoreFields(&dto.Exemplar{}, "timestamp", "value"))...); diff != "" {
 		t.Errorf("grpc_server_* (-provider +ours):\n%s", diff)
+	}
+}
+
+// TestRefused: a call that the gRPC server's tap refuses before the chain
+// is counted as the interceptor counts a call that a link of the chain
+// refuses at once: the same series and values in every family.
+func TestRefused(t *testing.T) {
+	const keyed = "/sheba.v1.AccountService/GetAccount"
+	refusal := status.Error(codes.Unauthenticated, "missing API key")
+	inChain, inTap := prometheus.NewRegistry(), prometheus.NewRegistry()
+	chain, err := metrics.New(inChain, []string{ping, keyed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tap, err := metrics.New(inTap, []string{ping, keyed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, method := range []string{keyed, keyed, ping, "/evil.Service/Probe"} {
+		_, _ = chain.UnaryServerInterceptor()(t.Context(), nil, &grpc.UnaryServerInfo{FullMethod: method},
+			func(context.Context, any) (any, error) { return nil, refusal })
+		tap.Refused(t.Context(), method, refusal)
+	}
+	want, err := inChain.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := inTap.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No grpc_server_msg_sent_total: nothing was sent.
+	if len(got) != 6 {
+		t.Errorf("%d families, want 6", len(got))
+	}
+	if diff := cmp.Diff(want, got, ignoreTimings...); diff != "" {
+		t.Errorf("refused by the tap (-refused in the chain +refused by the tap):\n%s", diff)
+	}
+	wantRequests := `
+# HELP sheba_requests_total Business requests by full gRPC method, gRPC code and calling API key id (REST calls counted under their gRPC method).
+# TYPE sheba_requests_total counter
+sheba_requests_total{api_key_id="none",code="Unauthenticated",method="/sheba.v1.AccountService/GetAccount"} 2
+sheba_requests_total{api_key_id="none",code="Unauthenticated",method="/sheba.v1.PingService/Ping"} 1
+sheba_requests_total{api_key_id="none",code="Unauthenticated",method="unknown"} 1
+`
+	if err := testutil.GatherAndCompare(inTap, strings.NewReader(wantRequests), "sheba_requests_total"); err != nil {
+		t.Error(err)
 	}
 }

@@ -57,7 +57,7 @@ const (
 	MethodNotAllowed           = "METHOD_NOT_ALLOWED"           // UNIMPLEMENTED (405): the path exists under other methods
 	UnsupportedMediaType       = "UNSUPPORTED_MEDIA_TYPE"       // INVALID_ARGUMENT (415): a Content-Type other than JSON or CBOR
 	UnsupportedContentEncoding = "UNSUPPORTED_CONTENT_ENCODING" // INVALID_ARGUMENT (415): a Content-Encoding other than gzip or zstd
-	BodyTooLarge               = "BODY_TOO_LARGE"               // RESOURCE_EXHAUSTED (413): a body over http.max_body_bytes
+	BodyTooLarge               = "BODY_TOO_LARGE"               // RESOURCE_EXHAUSTED (413): a body over http.max_body_bytes; a gRPC, Connect or gRPC-Web message over grpc.max_recv_bytes
 	MalformedBody              = "MALFORMED_BODY"               // INVALID_ARGUMENT (400): a body that cannot be decompressed or decoded
 
 	// The external request hook (interceptors/hook).

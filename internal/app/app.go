@@ -217,7 +217,9 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 		return err
 	}
 	a.streams = drain.New()
-	a.grpc = newGRPCServer(cfg, a.streams, tp, a.certs)
+	// The key checked before the message is read (tap.go).
+	a.grpc = newGRPCServer(cfg, a.streams, tp, a.certs, cfg.GRPC.MaxRecvBytes,
+		grpc.InTapHandle(authTap(authn, server.Methods(), m, log)))
 	services.RegisterChained(a.grpc, chain)
 	healthpb.RegisterHealthServer(a.grpc, a.health.Service())
 	if cfg.GRPC.Reflection {
@@ -230,7 +232,12 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 	// Not a.grpc itself, because GracefulStop ends such calls at once
 	// (grpc-go drains a ServeHTTP call by closing it): this one stops after
 	// the HTTP server has let its requests finish (stopServers).
-	a.browser = newGRPCServer(cfg, a.streams, tp, nil)
+	//
+	// Its messages come from the gateway's body reader, which holds a body
+	// as sent to grpc.max_recv_bytes (or http.max_body_bytes, if smaller);
+	// transcoded from JSON, a message may grow a little, and is not refused
+	// for that (no bound in its codec).
+	a.browser = newGRPCServer(cfg, a.streams, tp, nil, 0)
 	services.RegisterChained(a.browser, chain)
 
 	channel := gateway.NewChannel(nil)
@@ -248,6 +255,10 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 		Authenticator:  authn,
 		GRPC:           a.browser,
 		AllowedOrigins: cfg.HTTP.CORS.AllowedOrigins,
+		// A browser call's message, as a gRPC message is bounded, with
+		// its repeated fields bounded before it is unmarshalled.
+		MaxMessageBytes: int64(cfg.GRPC.MaxRecvBytes),
+		RepeatedBounds:  server.RepeatedBounds(),
 	})
 	if err != nil {
 		return err
@@ -333,19 +344,24 @@ func newAuthenticator(c config.Auth, m *metrics.Metrics) (*apikey.Authenticator,
 }
 
 // newGRPCServer returns the grpc.Server for the sheba.v1 services, which
-// bring the chain themselves (server.Services.RegisterChained), with
-// messages bounded to http.max_body_bytes, the limits of grpcLimits, every
-// stream ended by streams at shutdown, and a span per call when tp is not
-// nil. It has no unary interceptor: grpc.health.v1 (and reflection) answer
-// without a key, limits or shedding, like the operator endpoints on HTTP,
-// so probes work under any load.
-func newGRPCServer(cfg config.Config, streams *drain.Drainer, tp trace.TracerProvider, certs *certreload.Reloader) *grpc.Server {
-	opts := []grpc.ServerOption{
+// bring the chain themselves (server.Services.RegisterChained), with their
+// messages bounded to maxMessage bytes (0: no bound of their own) by
+// server.Codec, the limits of grpcLimits, every stream ended by streams at
+// shutdown, a span per call when tp is not nil, and opts. It has no unary
+// interceptor: grpc.health.v1 (and reflection) answer without a key,
+// limits or shedding, like the operator endpoints on HTTP, so probes work
+// under any load.
+func newGRPCServer(cfg config.Config, streams *drain.Drainer, tp trace.TracerProvider, certs *certreload.Reloader, maxMessage int, opts ...grpc.ServerOption) *grpc.Server {
+	opts = append(opts,
 		// Streams (health Watch, reflection) never end by themselves:
 		// shutdown ends them so that the drain can finish.
 		grpc.StreamInterceptor(streams.StreamServerInterceptor()),
-		grpc.MaxRecvMsgSize(int(cfg.HTTP.MaxBodyBytes)),
-	}
+		// A message over grpc.max_recv_bytes, or with a repeated field
+		// over its bound, is refused before it is unmarshalled, by the
+		// chain, with its ErrorInfo.
+		grpc.ForceServerCodecV2(server.Codec(maxMessage)),
+		grpc.MaxRecvMsgSize(grpcReadBound(cfg)),
+	)
 	opts = append(opts, grpcLimits(cfg.GRPC, cfg.Limits.Timeout)...)
 	if certs != nil {
 		// TLS only: a plaintext connection fails its handshake.
@@ -355,6 +371,17 @@ func newGRPCServer(cfg config.Config, streams *drain.Drainer, tp trace.TracerPro
 		opts = append(opts, grpc.StatsHandler(tracing.NewServerHandler(tp)))
 	}
 	return grpc.NewServer(opts...)
+}
+
+// grpcReadBound is the most grpc-go reads of a message, compressed or
+// not, before the codec sees it: the larger of http.max_body_bytes and
+// grpc.max_recv_bytes. grpc.max_recv_bytes is the codec's bound, not
+// grpc-go's, because grpc-go answers a message over its own bound by itself
+// (RESOURCE_EXHAUSTED, without ErrorInfo), writing its status before the
+// call reaches sheba; between the two bounds the chain refuses it with its
+// ErrorInfo (docs/api.md#message-size).
+func grpcReadBound(cfg config.Config) int {
+	return int(max(cfg.HTTP.MaxBodyBytes, int64(cfg.GRPC.MaxRecvBytes)))
 }
 
 // The bounds of the operator port, whose callers are probes and scrapers:

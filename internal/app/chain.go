@@ -29,6 +29,7 @@ import (
 	"github.com/shebasvc/sheba/interceptors/reason"
 	"github.com/shebasvc/sheba/interceptors/requestlog"
 	"github.com/shebasvc/sheba/interceptors/timeout"
+	"github.com/shebasvc/sheba/server"
 	"github.com/shebasvc/sheba/server/gateway"
 )
 
@@ -78,7 +79,13 @@ type chainDeps struct {
 //   - recovery: a panic anywhere inside becomes Internal "internal error",
 //     logged with its stack, and is still logged and counted.
 //   - auth: cheap, and gives the caller id to everything after it (in the
-//     call's Info); then identify puts it on the span.
+//     call's Info); then identify puts it on the span. On the business gRPC
+//     server the tap has checked the key before the message was read
+//     (tap.go), and auth takes the caller it found.
+//   - bounds: a request that the gRPC codec refused unread (a message over
+//     grpc.max_recv_bytes, a repeated field over its bound), or a decoded
+//     one over a repeated field's bound (REST), is answered before any
+//     other link, the hook or the handler handles it.
 //   - global rate (anonymous callers in a bucket of their own), then per-key
 //     rate: a call over its rate never takes an in-flight slot.
 //   - concurrency: sheds at once what exceeds limits.max_inflight (or the
@@ -126,6 +133,7 @@ func chainLinks(d chainDeps) []link {
 		}))},
 		{"auth", auth.UnaryServerInterceptor(d.authn.Authenticate)},
 		{"identify", identify},
+		{"bounds", bounds},
 	}
 	// One link for both rate limits: it tells a call the fields of the
 	// tighter, once.
@@ -211,6 +219,16 @@ func transportOf(ctx context.Context) (transport, peerAddr string) {
 		return b, peerAddr
 	}
 	return "grpc", peerAddr
+}
+
+// bounds answers the requests that server.CheckRequest refuses: those
+// refused before they were unmarshalled, and those decoded with a repeated
+// field over its bound.
+func bounds(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if err := server.CheckRequest(req); err != nil {
+		return nil, err
+	}
+	return handler(ctx, req)
 }
 
 // identify records the authenticated caller on the call's span; the

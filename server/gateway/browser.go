@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
+	"github.com/shebasvc/sheba/codec/protobound"
 	"github.com/shebasvc/sheba/interceptors/reason"
 	"github.com/shebasvc/sheba/interceptors/retryafter"
 )
@@ -53,10 +54,13 @@ import (
 //     protobuf message, so that what does not decode is the client's
 //     INVALID_ARGUMENT MALFORMED_BODY, as on REST (grpc-go would decode it
 //     before the chain and answer INTERNAL), and vanguard gets a body it
-//     accepts as it is;
+//     accepts as it is; a protobuf message whose repeated field is over
+//     its bound is not unmarshalled but passed on, for the grpc.Server's
+//     codec to refuse it through the chain (server.Codec);
 //   - resource_exhausted BODY_TOO_LARGE for a message over
-//     http.max_body_bytes (a public method's without a key: over
-//     publicBodyBytes), as declared, as read, or decompressed;
+//     grpc.max_recv_bytes (or http.max_body_bytes, when that is smaller;
+//     a public method's without a key: over publicBodyBytes), as
+//     declared, as read, or decompressed;
 //   - the protocol headers vanguard would refuse without an ErrorInfo: a
 //     timeout that does not parse (INVALID_ARGUMENT), an encoding other
 //     than gzip (UNSUPPORTED_CONTENT_ENCODING);
@@ -147,7 +151,9 @@ type browser struct {
 	transcoder *vanguard.Transcoder
 	authn      Authenticator
 	slots      *bodySlots
-	maxBody    int64
+	// maxMessage bounds a call's message, as sent and decompressed.
+	maxMessage int64
+	bounds     *protobound.Bounds
 	// methods are the full method names the API has, each with the type
 	// of its request message.
 	methods map[string]protoreflect.MessageType
@@ -160,6 +166,10 @@ type browser struct {
 // newBrowser returns the handler of the browser protocols for the services
 // of descs, served by srv (a grpc.Server's ServeHTTP).
 func newBrowser(srv http.Handler, descs []*grpc.ServiceDesc, o Options, slots *bodySlots, gw *runtime.ServeMux) (*browser, error) {
+	maxMessage := o.MaxBodyBytes
+	if o.MaxMessageBytes > 0 {
+		maxMessage = min(maxMessage, o.MaxMessageBytes)
+	}
 	services := make([]*vanguard.Service, len(descs))
 	methods := map[string]protoreflect.MessageType{}
 	for i, d := range descs {
@@ -192,13 +202,13 @@ func newBrowser(srv http.Handler, descs []*grpc.ServiceDesc, o Options, slots *b
 		// decompressor is the bounded one only so that none is unbounded.
 		vanguard.WithCompression(vanguard.CompressionGzip,
 			func() connect.Compressor { return gzip.NewWriter(io.Discard) },
-			func() connect.Decompressor { return &vanguardGzip{boundedGzip: boundedGzip{limit: o.MaxBodyBytes}} }),
+			func() connect.Decompressor { return &vanguardGzip{boundedGzip: boundedGzip{limit: maxMessage}} }),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: browser protocols: %w", err)
 	}
 	return &browser{
-		transcoder: t, authn: o.Authenticator, slots: slots, maxBody: o.MaxBodyBytes,
+		transcoder: t, authn: o.Authenticator, slots: slots, maxMessage: maxMessage, bounds: o.RepeatedBounds,
 		methods: methods, errors: connect.NewErrorWriter(), gw: gw,
 	}, nil
 }
@@ -285,7 +295,7 @@ func (b *browser) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var err error
 	switch {
 	case b.authn.Known(credential(r.Header, apiKeyHeaders[:1]), credential(r.Header, authorizationHeaders[:1])):
-		body, err = b.body(r, p, in, b.maxBody, b.slots)
+		body, err = b.body(r, p, in, b.maxMessage, b.slots)
 	case b.authn.Public(r.URL.Path):
 		// Within its own bound, without a slot (publicbody.go); one over
 		// it is not read.
@@ -409,8 +419,13 @@ func (b *browser) body(r *http.Request, p *browserProtocol, in protoreflect.Mess
 		}
 	}
 	if !p.json && len(msg) > 0 {
-		if err := proto.Unmarshal(msg, in.New().Interface()); err != nil {
-			return nil, malformed(reason.Clip(reason.ValidUTF8(fmt.Sprintf("the request body is not a %s message: %v", in.Descriptor().FullName(), err))))
+		// A message over a repeated field's bound is left unread, for the
+		// chain to refuse (server.Codec): vanguard passes a protobuf
+		// message on as it is.
+		if _, over := b.bounds.CheckWire(in.Descriptor(), msg); !over {
+			if err := proto.Unmarshal(msg, in.New().Interface()); err != nil {
+				return nil, malformed(reason.Clip(reason.ValidUTF8(fmt.Sprintf("the request body is not a %s message: %v", in.Descriptor().FullName(), err))))
+			}
 		}
 	}
 	switch {

@@ -35,7 +35,10 @@
 // Beside the REST routes, the same handler serves the browser protocols
 // (Connect and gRPC-Web at POST /sheba.v1.<Service>/<Method>, browser.go)
 // through vanguard to a grpc.Server with the chain, behind the same key
-// check, public bound and body slots; and, outermost, CORS for the configured origins
+// check, public bound and body slots, their messages held to
+// Options.MaxMessageBytes (grpc.max_recv_bytes) and their repeated fields
+// bounded before they are unmarshalled; and, outermost, CORS for the
+// configured origins
 // (cors.go), so a preflight is answered before any key or limit.
 //
 // Errors are google.rpc.Status bodies with the HTTP status of their code,

@@ -17,6 +17,7 @@ import (
 
 	"github.com/shebasvc/sheba/codec/cborpb"
 	"github.com/shebasvc/sheba/codec/httpcompress"
+	"github.com/shebasvc/sheba/codec/protobound"
 	"github.com/shebasvc/sheba/gen/openapiv2"
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/interceptors/reason"
@@ -61,6 +62,14 @@ type Options struct {
 	// AllowedOrigins are the origins granted CORS (cors.go); empty: none,
 	// and no CORS header is ever written.
 	AllowedOrigins []string
+	// MaxMessageBytes bounds the message of a browser call
+	// (grpc.max_recv_bytes), as sent and after decompression, within
+	// MaxBodyBytes: RESOURCE_EXHAUSTED beyond it. 0: MaxBodyBytes alone.
+	MaxMessageBytes int64
+	// RepeatedBounds bound the repeated fields of a browser call's
+	// protobuf message: one over them is not unmarshalled here, and the
+	// chain refuses it (server.CheckRequest). Nil: no bound.
+	RepeatedBounds *protobound.Bounds
 }
 
 // New returns the REST handler of the sheba.v1 API: grpc-gateway's mux

@@ -1,0 +1,116 @@
+package server
+
+import (
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/shebasvc/sheba/interceptors/reason"
+)
+
+// Codec returns the codec of a grpc.Server on which the services are
+// registered with RegisterChained (grpc.ForceServerCodecV2): grpc-go's
+// proto codec, which, for a request of one of those methods, checks the
+// message with its bytes in hand, decompressed, before it unmarshals it:
+//
+//   - a message over maxBytes bytes (grpc.max_recv_bytes; 0: no bound but
+//     the server's MaxRecvMsgSize) is refused RESOURCE_EXHAUSTED
+//     BODY_TOO_LARGE;
+//   - one whose repeated field holds more items than MaxItems is refused
+//     INVALID_ARGUMENT with the field's violation, found by a scan of its
+//     bytes that stops at the first item over (codec/protobound).
+//
+// Neither refusal is an error of the codec: grpc-go answers a codec's error
+// INTERNAL, and writes that answer itself, before the chain could count,
+// log or complete it. The codec leaves the message unread and marks the
+// request refused; RegisterChained's handler hands the chain the refusal in
+// place of the message, and the chain answers it (CheckRequest), as any
+// answer of the chain. Every other message decodes as grpc-go's codec
+// decodes it.
+func Codec(maxBytes int) encoding.CodecV2 {
+	return &codec{
+		base:     encoding.GetCodecV2(grpcproto.Name),
+		maxBytes: maxBytes,
+		tooLarge: reason.Error(codes.ResourceExhausted, reason.BodyTooLarge,
+			fmt.Sprintf("request message larger than %d bytes (grpc.max_recv_bytes)", maxBytes)),
+	}
+}
+
+type codec struct {
+	base     encoding.CodecV2
+	maxBytes int
+	tooLarge error
+}
+
+func (c *codec) Name() string                           { return c.base.Name() }
+func (c *codec) Marshal(v any) (mem.BufferSlice, error) { return c.base.Marshal(v) }
+func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
+	t, ok := v.(decodeTarget)
+	if !ok {
+		return c.base.Unmarshal(data, v)
+	}
+	if c.maxBytes > 0 && data.Len() > c.maxBytes {
+		t.refuse(c.tooLarge)
+		return nil
+	}
+	m := t.message()
+	md := m.ProtoReflect().Descriptor()
+	if !repeatedBounds.Has(md) {
+		return c.base.Unmarshal(data, m)
+	}
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	if v, over := repeatedBounds.CheckWire(md, buf.ReadOnlyData()); over {
+		t.refuse(errTooMany(v))
+		return nil
+	}
+	return proto.Unmarshal(buf.ReadOnlyData(), m)
+}
+
+// decodeTarget is what RegisterChained's handler decodes a request into: a
+// request message, which Codec may refuse instead of unmarshalling it. It
+// is a proto.Message itself, with the message's own reflection, so that
+// any codec (and the in-process channel's proto.Merge) decodes into the
+// message.
+type decodeTarget interface {
+	proto.Message
+	// message is the request message.
+	message() proto.Message
+	// refuse marks the request refused with err, its message unread.
+	refuse(err error)
+	// request is what the chain gets: the message, or, refused, the
+	// request itself (a refused).
+	request() any
+}
+
+// refused is a request that Codec refused: CheckRequest answers it.
+type refused interface {
+	refusal() error
+}
+
+// request is the decodeTarget of a message of type Req, made in one
+// allocation, as the message alone was.
+type request[Req any, P interface {
+	*Req
+	proto.Message
+}] struct {
+	msg Req
+	err error
+}
+
+func (r *request[Req, P]) ProtoReflect() protoreflect.Message { return P(&r.msg).ProtoReflect() }
+func (r *request[Req, P]) message() proto.Message             { return P(&r.msg) }
+func (r *request[Req, P]) refuse(err error)                   { r.err = err }
+func (r *request[Req, P]) refusal() error                     { return r.err }
+
+func (r *request[Req, P]) request() any {
+	if r.err != nil {
+		return r
+	}
+	return P(&r.msg)
+}

@@ -229,10 +229,10 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 	// than it completes calls: a client that cancels every call it has
 	// open, four times over, and completes none
 	// (docs/operations.md#connections-and-streams).
-	maxConns := cfg.Limits.MaxConnections
-	a.guards.grpc = newListenerGuard(listenerGRPC, maxConns, 4*cfg.GRPC.MaxConcurrentStreams, conns, log)
-	a.guards.http = newListenerGuard(listenerHTTP, maxConns, 4*httpMaxStreams, conns, log)
-	a.guards.operator = newListenerGuard(listenerOperator, maxConns, 4*operatorMaxStreams, conns, log)
+	maxConns, tls := cfg.Limits.MaxConnections, a.certs != nil
+	a.guards.grpc = newListenerGuard(listenerGRPC, maxConns, 4*cfg.GRPC.MaxConcurrentStreams, tls, conns, log)
+	a.guards.http = newListenerGuard(listenerHTTP, maxConns, 4*httpMaxStreams, tls, conns, log)
+	a.guards.operator = newListenerGuard(listenerOperator, maxConns, 4*operatorMaxStreams, false, conns, log)
 	a.streams = drain.New()
 	a.grpc = newGRPCServer(cfg, tp,
 		grpc.Creds(newGRPCCreds(a.certs, a.guards.grpc)),
@@ -385,7 +385,7 @@ func newGRPCCreds(certs *certreload.Reloader, guard *listenerGuard) credentials.
 	if certs == nil {
 		return grpcCreds{TransportCredentials: insecure.NewCredentials(), guard: guard}
 	}
-	return grpcCreds{TransportCredentials: credentials.NewTLS(certs.ServerConfig("h2")), guard: guard, tls: true}
+	return grpcCreds{TransportCredentials: credentials.NewTLS(certs.ServerConfig("h2")), guard: guard}
 }
 
 // keylessStreams matches the streams that need no API key and never end by

@@ -72,16 +72,19 @@ type listenerGuard struct {
 
 // newListenerGuard returns the guard of listener name, which holds at most
 // maxConns connections, each of which may reset resetBudget streams more
-// than it completes calls.
-func newListenerGuard(name string, maxConns, resetBudget int, m connMetrics, log *slog.Logger) *listenerGuard {
+// than it completes calls; tls says it serves TLS, whose failed
+// handshakes it counts.
+func newListenerGuard(name string, maxConns, resetBudget int, tls bool, m connMetrics, log *slog.Logger) *listenerGuard {
 	g := &listenerGuard{
 		name: name, log: log.With("listener", name), max: maxConns,
-		refused:         m.refused.WithLabelValues(name),
-		closed:          m.closed.WithLabelValues(closedStreamResets, name),
-		handshakeErrors: m.handshakeErrors.WithLabelValues(name),
-		logRefused:      rate.Sometimes{Interval: time.Second},
-		logClosed:       rate.Sometimes{Interval: time.Second},
-		logHandshake:    rate.Sometimes{Interval: time.Second},
+		refused:      m.refused.WithLabelValues(name),
+		closed:       m.closed.WithLabelValues(closedStreamResets, name),
+		logRefused:   rate.Sometimes{Interval: time.Second},
+		logClosed:    rate.Sometimes{Interval: time.Second},
+		logHandshake: rate.Sometimes{Interval: time.Second},
+	}
+	if tls {
+		g.handshakeErrors = m.handshakeErrors.WithLabelValues(name)
 	}
 	g.resets = resetguard.New(resetBudget, g.closedForResets)
 	return g
@@ -109,6 +112,10 @@ func (g *listenerGuard) closedForResets(remote net.Addr) {
 // handshakeFailed counts a failed TLS handshake, and logs it unless one was
 // logged within the second.
 func (g *listenerGuard) handshakeFailed(remote, reason string) {
+	if g.handshakeErrors == nil {
+		// A plaintext listener has no handshake to fail.
+		return
+	}
 	g.handshakeErrors.Inc()
 	g.logHandshake.Do(func() {
 		g.log.Warn("TLS handshake failed; those of the next second are counted in sheba_tls_handshake_errors_total, not logged",
@@ -123,22 +130,19 @@ func (g *listenerGuard) handshakeFailed(remote, reason string) {
 type grpcCreds struct {
 	credentials.TransportCredentials
 	guard *listenerGuard
-	tls   bool
 }
 
 func (c grpcCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	conn, info, err := c.TransportCredentials.ServerHandshake(raw)
 	if err != nil {
-		if c.tls {
-			c.guard.handshakeFailed(raw.RemoteAddr().String(), err.Error())
-		}
+		c.guard.handshakeFailed(raw.RemoteAddr().String(), err.Error())
 		return conn, info, err
 	}
 	return c.guard.resets.Conn(conn), info, nil
 }
 
 func (c grpcCreds) Clone() credentials.TransportCredentials {
-	return grpcCreds{TransportCredentials: c.TransportCredentials.Clone(), guard: c.guard, tls: c.tls}
+	return grpcCreds{TransportCredentials: c.TransportCredentials.Clone(), guard: c.guard}
 }
 
 // tlsHandshakeError starts the line net/http's server logs for every

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -35,34 +34,6 @@ func (l guarded) Accept() (net.Conn, error) {
 		return nil, err
 	}
 	return l.g.Conn(c), nil
-}
-
-// normalCalls makes 600 calls, 8 at a time, and cancels every third one
-// right after it starts; it returns how many of the others failed.
-func normalCalls(call func(ctx context.Context) error) (failed int) {
-	var (
-		wg  sync.WaitGroup
-		bad atomic.Int64
-		sem = make(chan struct{}, 8)
-	)
-	for i := range 600 {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			if i%3 == 0 {
-				go func() { time.Sleep(50 * time.Microsecond); cancel() }()
-				_ = call(ctx)
-				return
-			}
-			if call(ctx) != nil {
-				bad.Add(1)
-			}
-		})
-	}
-	wg.Wait()
-	return int(bad.Load())
 }
 
 // TestGRPC runs a rapid-reset client against a grpc-go server whose
@@ -101,7 +72,7 @@ func TestGRPC(t *testing.T) {
 	}
 	defer conn.Close()
 	client := healthpb.NewHealthClient(conn)
-	if failed := normalCalls(func(ctx context.Context) error {
+	if failed := resettest.CancellingClient(600, 8, func(ctx context.Context) error {
 		_, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
 		return err
 	}); failed > 0 {
@@ -144,7 +115,7 @@ func TestHandler(t *testing.T) {
 	}
 
 	client := s.Client()
-	if failed := normalCalls(func(ctx context.Context) error {
+	if failed := resettest.CancellingClient(600, 8, func(ctx context.Context) error {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/ping", nil)
 		resp, err := client.Do(req)
 		if err != nil {

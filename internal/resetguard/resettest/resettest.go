@@ -6,10 +6,12 @@ package resettest
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -169,4 +171,34 @@ func GetFields(authority, path string) []hpack.HeaderField {
 	return []hpack.HeaderField{
 		{Name: ":method", Value: "GET"}, {Name: ":scheme", Value: "https"}, {Name: ":path", Value: path}, {Name: ":authority", Value: authority},
 	}
+}
+
+// CancellingClient makes n calls, concurrency at a time, as a client
+// that gives up on some of its calls does: every third is cancelled right
+// after it starts (50 µs), most often while the server still runs it. It
+// returns how many of the others failed.
+func CancellingClient(n, concurrency int, call func(ctx context.Context) error) (failed int) {
+	var (
+		wg  sync.WaitGroup
+		bad atomic.Int64
+		sem = make(chan struct{}, concurrency)
+	)
+	for i := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if i%3 == 0 {
+				time.AfterFunc(50*time.Microsecond, cancel)
+				_ = call(ctx)
+				return
+			}
+			if call(ctx) != nil {
+				bad.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	return int(bad.Load())
 }

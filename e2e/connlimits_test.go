@@ -566,7 +566,18 @@ func TestTLSHandshakeErrors(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	counted := series(scrapeAt(t, "http://"+e.operatorAddr), "sheba_tls_handshake_errors_total", "listener")
+	// grpc-go's TLS credentials close a connection before they return its
+	// handshake's error: the count may come a moment after the close.
+	var counted map[string]float64
+	settle := time.Now().Add(5 * time.Second)
+	for {
+		counted = series(scrapeAt(t, "http://"+e.operatorAddr), "sheba_tls_handshake_errors_total", "listener")
+		if counted["listener=grpc"] >= float64(failed["grpc"].Load()) && counted["listener=http"] >= float64(failed["http"].Load()) ||
+			time.Now().After(settle) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	perSecond := map[string]map[int64]int{"grpc": {}, "http": {}}
 	for line := range strings.Lines(e.logs.String()[logStart:]) {
 		var rec struct {

@@ -232,7 +232,6 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 	maxConns, tls := cfg.Limits.MaxConnections, a.certs != nil
 	a.guards.grpc = newListenerGuard(listenerGRPC, maxConns, 4*cfg.GRPC.MaxConcurrentStreams, tls, conns, log)
 	a.guards.http = newListenerGuard(listenerHTTP, maxConns, 4*httpMaxStreams, tls, conns, log)
-	a.guards.operator = newListenerGuard(listenerOperator, maxConns, 4*operatorMaxStreams, false, conns, log)
 	a.streams = drain.New()
 	a.grpc = newGRPCServer(cfg, tp,
 		grpc.Creds(newGRPCCreds(a.certs, a.guards.grpc)),
@@ -302,6 +301,7 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 		// Plaintext HTTP/2 (h2c) for the kubelet's grpc probe, HTTP/1.1
 		// for its httpGet ones; few streams a connection, and a scrape
 		// that stops reading is cut.
+		a.guards.operator = newListenerGuard(listenerOperator, maxConns, 4*operatorMaxStreams, false, conns, log)
 		a.operator = newHTTPServer(cfg, gateway.OperatorHandler(op, a.operatorGRPC), operatorMaxStreams, a.guards.operator, log)
 		a.operator.Protocols = new(http.Protocols)
 		a.operator.Protocols.SetHTTP1(true)

@@ -428,8 +428,12 @@ const maxHeaderBytes = 64 << 10
 // (docs/operations.md#slow-clients):
 //
 //   - grpc.max_concurrent_streams: a connection carries at most that many
-//     calls at once. grpc-go's default is no limit, which also turns off its
-//     cap on HTTP/2 rapid resets (it is derived from this value).
+//     calls at once. grpc-go's default is no limit, which also turns off
+//     the one thing it does against HTTP/2 rapid resets: it runs at most
+//     this many handlers of a connection at once, and stops reading it
+//     meanwhile. That slows such a client and never stops it; the reset
+//     guard of the credentials ends its connection
+//     (docs/operations.md#connections-and-streams).
 //   - metadata of a call at most 64 KiB, like HTTP headers.
 //   - keepalive enforcement: a client may ping every 10 s at most (grpc-go's
 //     default of 5 min closes clients that use the common 10–60 s keepalive

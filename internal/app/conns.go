@@ -25,9 +25,11 @@ const (
 )
 
 // connMetrics are the counters of what the listeners refuse and cut
-// (docs/observability.md#metrics).
+// (docs/observability.md#metrics), and the one limiter of the log lines of
+// failed TLS handshakes, which both listeners share.
 type connMetrics struct {
 	refused, closed, handshakeErrors *prometheus.CounterVec
+	logHandshake                     *rate.Sometimes
 }
 
 func newConnMetrics(reg prometheus.Registerer) (connMetrics, error) {
@@ -44,6 +46,7 @@ func newConnMetrics(reg prometheus.Registerer) (connMetrics, error) {
 			Name: "sheba_tls_handshake_errors_total",
 			Help: "TLS handshakes that failed, by listener (grpc, http).",
 		}, []string{"listener"}),
+		logHandshake: &rate.Sometimes{Interval: time.Second},
 	}
 	for _, c := range []prometheus.Collector{m.refused, m.closed, m.handshakeErrors} {
 		if err := reg.Register(c); err != nil {
@@ -59,15 +62,18 @@ const closedStreamResets = "stream_resets"
 // listenerGuard is what one listener counts and logs of its connections:
 // those refused for limits.max_connections, those ended for resetting
 // streams (resets), and, with TLS, failed handshakes. Each kind is logged
-// at most once a second, as a flood of them comes at connection rate.
+// at most once a second, as a flood of them comes at connection rate:
+// refusals and resets per listener, failed handshakes over both
+// listeners.
 type listenerGuard struct {
 	name   string
 	log    *slog.Logger
 	max    int
 	resets *resetguard.Guard
 
-	refused, closed, handshakeErrors    prometheus.Counter
-	logRefused, logClosed, logHandshake rate.Sometimes
+	refused, closed, handshakeErrors prometheus.Counter
+	logRefused, logClosed            rate.Sometimes
+	logHandshake                     *rate.Sometimes
 }
 
 // newListenerGuard returns the guard of listener name, which holds at most
@@ -81,7 +87,7 @@ func newListenerGuard(name string, maxConns, resetBudget int, tls bool, m connMe
 		closed:       m.closed.WithLabelValues(closedStreamResets, name),
 		logRefused:   rate.Sometimes{Interval: time.Second},
 		logClosed:    rate.Sometimes{Interval: time.Second},
-		logHandshake: rate.Sometimes{Interval: time.Second},
+		logHandshake: m.logHandshake,
 	}
 	if tls {
 		g.handshakeErrors = m.handshakeErrors.WithLabelValues(name)
@@ -109,8 +115,8 @@ func (g *listenerGuard) closedForResets(remote net.Addr) {
 	})
 }
 
-// handshakeFailed counts a failed TLS handshake, and logs it unless one was
-// logged within the second.
+// handshakeFailed counts a failed TLS handshake, and logs it unless one,
+// of either listener, was logged within the second.
 func (g *listenerGuard) handshakeFailed(remote, reason string) {
 	if g.handshakeErrors == nil {
 		// A plaintext listener has no handshake to fail.

@@ -10,9 +10,10 @@
 // a budget, every call the server completes gives one back, never beyond
 // the budget's size; a reset that finds the budget empty ends the
 // connection. So a client may reset as many streams as it completes calls,
-// plus the budget, whatever the rate: one that cancels some of its calls,
-// or hedges them, never runs dry, while one that resets streams and
-// completes none does within a budget of streams. It is the rule of
+// plus the budget, whatever the rate: one that cancels fewer calls than it
+// completes, or hedges them with one extra attempt (the loser's reset is
+// matched by the winner's completion), never runs dry, while one that
+// resets streams and completes none does within a budget of streams. It is the rule of
 // Envoy's premature-reset check (close once resets reach half the
 // streams) without its per-stream clock, and with no credit banked beyond
 // the budget: a long honest life does not buy a long attack.

@@ -174,9 +174,9 @@ func GetFields(authority, path string) []hpack.HeaderField {
 }
 
 // CancellingClient makes n calls, concurrency at a time, as a client
-// that gives up on some of its calls does: every third is cancelled right
-// after it starts (50 µs), most often while the server still runs it. It
-// returns how many of the others failed.
+// that gives up on some of its calls does: every third is cancelled within
+// a millisecond of its start (after 0 to 990 µs, in turn), most often while
+// the server still runs it. It returns how many of the others failed.
 func CancellingClient(n, concurrency int, call func(ctx context.Context) error) (failed int) {
 	var (
 		wg  sync.WaitGroup
@@ -190,7 +190,7 @@ func CancellingClient(n, concurrency int, call func(ctx context.Context) error) 
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			if i%3 == 0 {
-				time.AfterFunc(50*time.Microsecond, cancel)
+				time.AfterFunc(time.Duration(i%100)*10*time.Microsecond, cancel)
 				_ = call(ctx)
 				return
 			}

@@ -65,6 +65,10 @@ type HTTP struct {
 	// IdleTimeout is how long a kept-alive connection may wait for its next
 	// request.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// WriteTimeout bounds the time to answer a request once its headers
+	// are read (docs/operations.md#slow-clients); 0 means limits.timeout +
+	// 10s (Config.HTTPWriteTimeout).
+	WriteTimeout time.Duration `yaml:"write_timeout"`
 	// MaxConcurrentBodies bounds the request bodies of keyed calls read
 	// and decoded at once; the rest wait a moment, then are answered 429.
 	MaxConcurrentBodies int `yaml:"max_concurrent_bodies"`
@@ -92,6 +96,12 @@ type GRPC struct {
 	// MaxRecvBytes bounds a gRPC, Connect or gRPC-Web request message
 	// after decompression: one larger is refused RESOURCE_EXHAUSTED.
 	MaxRecvBytes int `yaml:"max_recv_bytes"`
+	// MaxOpenStreams bounds the health Watch and reflection streams open at
+	// once over all connections; one more is RESOURCE_EXHAUSTED.
+	MaxOpenStreams int `yaml:"max_open_streams"`
+	// MaxConnectionIdle is how long a connection with no call open is
+	// kept before it is closed (with GOAWAY).
+	MaxConnectionIdle time.Duration `yaml:"max_connection_idle"`
 }
 
 // Database configures the Postgres pool.
@@ -108,6 +118,10 @@ type Limits struct {
 	// MaxInflight is the number of business requests that may run at once;
 	// one more is shed at once.
 	MaxInflight int `yaml:"max_inflight"`
+	// MaxConnections bounds the connections each listener (grpc.addr,
+	// http.addr, operator.addr) holds at once; one more is accepted and
+	// closed at once.
+	MaxConnections int `yaml:"max_connections"`
 	// Rate is the global token bucket rate in requests per second; 0 means
 	// no limit.
 	Rate float64 `yaml:"rate"`
@@ -309,6 +323,16 @@ func (l Limits) AnonymousLimit() (rate float64, burst int) {
 	return rate, burst
 }
 
+// HTTPWriteTimeout returns the write timeout of http.addr: http.write_timeout,
+// or when it is 0 the longest a business request runs (limits.timeout) plus
+// 10 s to write its answer.
+func (c Config) HTTPWriteTimeout() time.Duration {
+	if c.HTTP.WriteTimeout > 0 {
+		return c.HTTP.WriteTimeout
+	}
+	return c.Limits.Timeout + 10*time.Second
+}
+
 // Default returns the configuration used for every key that neither the
 // file nor the environment sets. Database.URL has no default. Each call
 // returns fresh slices, so callers may modify the result.
@@ -322,13 +346,15 @@ func Default() Config {
 			IdleTimeout:         2 * time.Minute,
 			MaxConcurrentBodies: 64,
 		},
-		GRPC:     GRPC{Addr: ":9090", Reflection: true, MaxConcurrentStreams: 256, MaxRecvBytes: 64 << 10},
+		GRPC:     GRPC{Addr: ":9090", MaxConcurrentStreams: 256, MaxRecvBytes: 64 << 10, MaxOpenStreams: 1024, MaxConnectionIdle: 5 * time.Minute},
 		Database: Database{MaxConns: 16},
 		Limits: Limits{
 			MaxInflight:   512,
 			Timeout:       5 * time.Second,
 			MinInflight:   8,
 			LoginFailures: LoginFailures{Max: 10, Window: 15 * time.Minute},
+
+			MaxConnections: 1024,
 		},
 		Auth:        Auth{Public: []string{"/sheba.v1.PingService/Ping"}},
 		Compression: Compression{MinBytes: 1024},

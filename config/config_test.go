@@ -112,6 +112,7 @@ func TestSampleFiles(t *testing.T) {
 				c.Auth.Keys = []APIKey{{ID: "dev", SHA256: "e4ccd6ac185343fd6cf8ef200416646ae7487fcf6c898a6b032991dafa06e8df"}}
 				c.Log.Format = "text"
 				c.Webhooks.AllowPrivateNetworks = true
+				c.GRPC.Reflection = true
 				// The origin of make example-browser's page.
 				c.HTTP.CORS.AllowedOrigins = []string{"http://127.0.0.1:8081", "http://localhost:8081"}
 			},

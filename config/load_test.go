@@ -39,16 +39,20 @@ func TestEnvNames(t *testing.T) {
 		"SHEBA_HTTP_READ_HEADER_TIMEOUT",
 		"SHEBA_HTTP_READ_TIMEOUT",
 		"SHEBA_HTTP_IDLE_TIMEOUT",
+		"SHEBA_HTTP_WRITE_TIMEOUT",
 		"SHEBA_HTTP_MAX_CONCURRENT_BODIES",
 		"SHEBA_HTTP_CORS_ALLOWED_ORIGINS",
 		"SHEBA_GRPC_ADDR",
 		"SHEBA_GRPC_REFLECTION",
 		"SHEBA_GRPC_MAX_CONCURRENT_STREAMS",
 		"SHEBA_GRPC_MAX_RECV_BYTES",
+		"SHEBA_GRPC_MAX_OPEN_STREAMS",
+		"SHEBA_GRPC_MAX_CONNECTION_IDLE",
 		"SHEBA_DATABASE_URL",
 		"DATABASE_URL",
 		"SHEBA_DATABASE_MAX_CONNS",
 		"SHEBA_LIMITS_MAX_INFLIGHT",
+		"SHEBA_LIMITS_MAX_CONNECTIONS",
 		"SHEBA_LIMITS_RATE",
 		"SHEBA_LIMITS_BURST",
 		"SHEBA_LIMITS_PER_KEY_RATE",
@@ -123,11 +127,12 @@ func TestLoadFile(t *testing.T) {
 		{
 			name: "every key",
 			file: `
-http: { addr: "127.0.0.1:8081", max_body_bytes: 2048, read_header_timeout: 2s, read_timeout: 3s, idle_timeout: 4s, max_concurrent_bodies: 5, cors: { allowed_origins: ["https://app.example.com", "*"] } }
-grpc: { addr: "127.0.0.1:9091", reflection: false, max_concurrent_streams: 6, max_recv_bytes: 9000 }
+http: { addr: "127.0.0.1:8081", max_body_bytes: 2048, read_header_timeout: 2s, read_timeout: 3s, idle_timeout: 4s, write_timeout: 9s, max_concurrent_bodies: 5, cors: { allowed_origins: ["https://app.example.com", "*"] } }
+grpc: { addr: "127.0.0.1:9091", reflection: true, max_concurrent_streams: 6, max_recv_bytes: 9000, max_open_streams: 11, max_connection_idle: 12s }
 database: { url: "host=db dbname=sheba", max_conns: 4 }
 limits:
   max_inflight: 10
+  max_connections: 13
   rate: 100.5
   burst: 20
   per_key_rate: 5
@@ -157,13 +162,13 @@ hook: { url: "unix:///run/hook.sock", protocol: http, methods: ["/sheba.v1.Accou
 					HTTP: HTTP{
 						Addr: "127.0.0.1:8081", MaxBodyBytes: 2048,
 						ReadHeaderTimeout: 2 * time.Second, ReadTimeout: 3 * time.Second,
-						IdleTimeout: 4 * time.Second, MaxConcurrentBodies: 5,
+						IdleTimeout: 4 * time.Second, WriteTimeout: 9 * time.Second, MaxConcurrentBodies: 5,
 						CORS: CORS{AllowedOrigins: []string{"https://app.example.com", "*"}},
 					},
-					GRPC:     GRPC{Addr: "127.0.0.1:9091", Reflection: false, MaxConcurrentStreams: 6, MaxRecvBytes: 9000},
+					GRPC:     GRPC{Addr: "127.0.0.1:9091", Reflection: true, MaxConcurrentStreams: 6, MaxRecvBytes: 9000, MaxOpenStreams: 11, MaxConnectionIdle: 12 * time.Second},
 					Database: Database{URL: "host=db dbname=sheba", MaxConns: 4},
 					Limits: Limits{
-						MaxInflight: 10, Rate: 100.5, Burst: 20,
+						MaxInflight: 10, MaxConnections: 13, Rate: 100.5, Burst: 20,
 						PerKeyRate: 5, PerKeyBurst: 2, AnonymousRate: 7.5, AnonymousBurst: 8,
 						Timeout: 90 * time.Second, Adaptive: true, MinInflight: 3,
 						LoginFailures: LoginFailures{Max: 4, Window: 2 * time.Minute},
@@ -262,7 +267,7 @@ log: { level: warn }
 			env: map[string]string{
 				"SHEBA_HTTP_ADDR":            "127.0.0.1:8000",
 				"SHEBA_HTTP_MAX_BODY_BYTES":  "4096",
-				"SHEBA_GRPC_REFLECTION":      "false",
+				"SHEBA_GRPC_REFLECTION":      "true",
 				"SHEBA_GRPC_MAX_RECV_BYTES":  "131072",
 				"SHEBA_DATABASE_MAX_CONNS":   "3",
 				"SHEBA_LIMITS_MAX_INFLIGHT":  "50",
@@ -281,7 +286,7 @@ log: { level: warn }
 			want: func(c *Config) {
 				c.HTTP.Addr = "127.0.0.1:8000"
 				c.HTTP.MaxBodyBytes = 4096
-				c.GRPC.Reflection = false
+				c.GRPC.Reflection = true
 				c.GRPC.MaxRecvBytes = 128 << 10
 				c.Database.MaxConns = 3
 				c.Limits.MaxInflight = 50
@@ -406,7 +411,7 @@ func TestLoadErrors(t *testing.T) {
 			name:    "unknown key",
 			file:    "limits:\n  max_inflite: 5\n",
 			wantKey: "limits.max_inflite",
-			wantMsg: "limits.max_inflite: unknown key (want one of max_inflight, rate, burst, per_key_rate, per_key_burst, anonymous_rate, anonymous_burst, timeout, adaptive, min_inflight, login_failures)",
+			wantMsg: "limits.max_inflite: unknown key (want one of max_inflight, max_connections, rate, burst, per_key_rate, per_key_burst, anonymous_rate, anonymous_burst, timeout, adaptive, min_inflight, login_failures)",
 		},
 		{
 			name:    "unknown key in a list element",

@@ -50,6 +50,12 @@ func (c Config) check() *Error {
 			return nil
 		},
 		func() *Error { return positive("http.idle_timeout", c.HTTP.IdleTimeout) },
+		func() *Error {
+			if d := c.HTTP.WriteTimeout; d < 0 {
+				return bad("http.write_timeout", "must be at least 0 (0 means limits.timeout + 10s), got %v", d)
+			}
+			return nil
+		},
 		func() *Error { return atLeast("http.max_concurrent_bodies", c.HTTP.MaxConcurrentBodies, 1) },
 		func() *Error { return checkOrigins(c.HTTP.CORS.AllowedOrigins) },
 		func() *Error { return checkAddr("grpc.addr", c.GRPC.Addr) },
@@ -61,9 +67,12 @@ func (c Config) check() *Error {
 			}
 			return nil
 		},
+		func() *Error { return atLeast("grpc.max_open_streams", c.GRPC.MaxOpenStreams, 1) },
+		func() *Error { return positive("grpc.max_connection_idle", c.GRPC.MaxConnectionIdle) },
 		func() *Error { return checkDatabaseURL(c.Database.URL) },
 		func() *Error { return atLeast("database.max_conns", c.Database.MaxConns, 1) },
 		func() *Error { return atLeast("limits.max_inflight", c.Limits.MaxInflight, 1) },
+		func() *Error { return atLeast("limits.max_connections", c.Limits.MaxConnections, 1) },
 		func() *Error { return checkRate("limits.rate", c.Limits.Rate) },
 		func() *Error { return checkBurst("limits.burst", c.Limits.Burst, "limits.rate", c.Limits.Rate) },
 		func() *Error { return checkRate("limits.per_key_rate", c.Limits.PerKeyRate) },

@@ -113,6 +113,12 @@ func TestValidate(t *testing.T) {
 			wantMsg: "http.idle_timeout: must be greater than 0, got 0s",
 		},
 		{
+			name:    "http.write_timeout",
+			change:  func(c *Config) { c.HTTP.WriteTimeout = -time.Second },
+			wantKey: "http.write_timeout",
+			wantMsg: "http.write_timeout: must be at least 0 (0 means limits.timeout + 10s), got -1s",
+		},
+		{
 			name:    "http.cors.allowed_origins with a path",
 			change:  func(c *Config) { c.HTTP.CORS.AllowedOrigins = []string{"*", "https://app.example.com/"} },
 			wantKey: "http.cors.allowed_origins[1]",
@@ -191,6 +197,18 @@ func TestValidate(t *testing.T) {
 			wantMsg: "grpc.max_recv_bytes: must be from 1 to 67108864 (64 MiB), got 67108865",
 		},
 		{
+			name:    "grpc.max_open_streams",
+			change:  func(c *Config) { c.GRPC.MaxOpenStreams = 0 },
+			wantKey: "grpc.max_open_streams",
+			wantMsg: "grpc.max_open_streams: must be at least 1, got 0",
+		},
+		{
+			name:    "grpc.max_connection_idle",
+			change:  func(c *Config) { c.GRPC.MaxConnectionIdle = 0 },
+			wantKey: "grpc.max_connection_idle",
+			wantMsg: "grpc.max_connection_idle: must be greater than 0, got 0s",
+		},
+		{
 			name:    "database.url empty",
 			change:  func(c *Config) { c.Database.URL = "" },
 			wantKey: "database.url",
@@ -219,6 +237,12 @@ func TestValidate(t *testing.T) {
 			change:  func(c *Config) { c.Limits.MaxInflight = 0 },
 			wantKey: "limits.max_inflight",
 			wantMsg: "limits.max_inflight: must be at least 1, got 0",
+		},
+		{
+			name:    "limits.max_connections",
+			change:  func(c *Config) { c.Limits.MaxConnections = 0 },
+			wantKey: "limits.max_connections",
+			wantMsg: "limits.max_connections: must be at least 1, got 0",
 		},
 		{
 			name:    "limits.rate negative",

@@ -200,7 +200,7 @@ func median(ds []time.Duration) time.Duration {
 // logins finish even on a slow machine.
 func TestShutdownWithStreams(t *testing.T) {
 	const timeout = 3 * time.Minute
-	p := startSheba(t, keyEnv(), "SHEBA_SHUTDOWN_TIMEOUT="+timeout.String(), "SHEBA_LIMITS_TIMEOUT=2m")
+	p := startSheba(t, keyEnv(), "SHEBA_SHUTDOWN_TIMEOUT="+timeout.String(), "SHEBA_LIMITS_TIMEOUT=2m", "SHEBA_GRPC_REFLECTION=true")
 	conn, err := grpc.NewClient(p.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()), withKey(testKey))
 	if err != nil {
 		t.Fatal(err)

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/shebasvc/sheba/config"
+	"github.com/shebasvc/sheba/e2e/resttest"
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/internal/app"
 )
@@ -35,8 +36,24 @@ func (e *testEnv) scrape(t *testing.T) map[string]*dto.MetricFamily {
 	if strings.Contains(string(r.Body), testKey) {
 		t.Error("an API key appears in /metrics")
 	}
+	return parseMetrics(t, r.Body)
+}
+
+// scrapeAt reads /metrics at baseURL (the operator port, say), on a
+// connection of its own that it closes.
+func scrapeAt(t *testing.T, baseURL string) map[string]*dto.MetricFamily {
+	t.Helper()
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	r := resttest.Client{BaseURL: baseURL, HTTP: client}.Do(t, http.MethodGet, "/metrics", "")
+	wantCode(t, r, http.StatusOK)
+	return parseMetrics(t, r.Body)
+}
+
+// parseMetrics parses a /metrics page.
+func parseMetrics(t *testing.T, page []byte) map[string]*dto.MetricFamily {
+	t.Helper()
 	p := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := p.TextToMetricFamilies(strings.NewReader(string(r.Body)))
+	families, err := p.TextToMetricFamilies(strings.NewReader(string(page)))
 	if err != nil {
 		t.Fatalf("parse /metrics: %v", err)
 	}

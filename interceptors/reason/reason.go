@@ -37,6 +37,10 @@ const (
 	DatabaseUnavailable = "DATABASE_UNAVAILABLE" // UNAVAILABLE: the database is down or unreachable
 	DeadlineExceeded    = "DEADLINE_EXCEEDED"    // DEADLINE_EXCEEDED: the call's deadline passed
 
+	// Streams (interceptors/streamlimit; the event streams of
+	// docs/api.md too).
+	TooManyStreams = "TOO_MANY_STREAMS" // RESOURCE_EXHAUSTED: the streams that limit allows are open already; with RetryInfo
+
 	// Idempotency keys (interceptors/idempotency).
 	IdempotencyKeyReused = "IDEMPOTENCY_KEY_REUSED" // INVALID_ARGUMENT (422 on REST): the key came with another request
 	IdempotencyKeyInUse  = "IDEMPOTENCY_KEY_IN_USE" // ABORTED (409): the first request with the key still runs; with RetryInfo

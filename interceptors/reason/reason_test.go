@@ -78,7 +78,7 @@ func TestReasonsAreUpperSnake(t *testing.T) {
 		reason.Overloaded, reason.DatabaseUnavailable, reason.DeadlineExceeded, reason.InvalidArgument, reason.NotFound,
 		reason.AlreadyExists, reason.Internal, reason.Canceled, reason.RouteNotFound, reason.MethodNotAllowed, reason.UnsupportedMediaType,
 		reason.UnsupportedContentEncoding, reason.BodyTooLarge, reason.MalformedBody, reason.IdempotencyKeyReused, reason.IdempotencyKeyInUse,
-		reason.WebhookURLNotAllowed, reason.WebhookEndpointLimit,
+		reason.WebhookURLNotAllowed, reason.WebhookEndpointLimit, reason.TooManyStreams,
 	} {
 		for i, c := range r {
 			if !(c >= 'A' && c <= 'Z' || c == '_' && i > 0 && i < len(r)-1 || c >= '0' && c <= '9' && i > 0) {

@@ -7,8 +7,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -17,6 +20,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
@@ -69,6 +73,8 @@ type App struct {
 	// certs serves the TLS certificate of both listeners, re-read when its
 	// files change; nil when tls.cert_file is empty.
 	certs *certreload.Reloader
+	// guards bound and count the connections of each listener.
+	guards struct{ grpc, http, operator *listenerGuard }
 
 	// conns knows the connections of both pools, for a shutdown that must
 	// cut their queries.
@@ -216,10 +222,29 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 	if a.certs, err = newCerts(cfg.TLS, log, registry); err != nil {
 		return err
 	}
+	conns, err := newConnMetrics(registry)
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	// A connection may reset four times the streams it may have open more
+	// than it completes calls: a client that cancels every call it has
+	// open, four times over, and completes none
+	// (docs/operations.md#connections-and-streams).
+	maxConns, tls := cfg.Limits.MaxConnections, a.certs != nil
+	a.guards.grpc = newListenerGuard(listenerGRPC, maxConns, 4*cfg.GRPC.MaxConcurrentStreams, tls, conns, log)
+	a.guards.http = newListenerGuard(listenerHTTP, maxConns, 4*httpMaxStreams, tls, conns, log)
 	a.streams = drain.New()
 	// The key checked before the message is read (tap.go).
-	a.grpc = newGRPCServer(cfg, a.streams, tp, a.certs, cfg.GRPC.MaxRecvBytes,
-		grpc.InTapHandle(authTap(authn, server.Methods(), m, log)))
+	a.grpc = newGRPCServer(cfg, tp, cfg.GRPC.MaxRecvBytes,
+		grpc.InTapHandle(authTap(authn, server.Methods(), m, log)),
+		grpc.Creds(newGRPCCreds(a.certs, a.guards.grpc)),
+		// The streams that need no key, under one bound over every
+		// connection, before the drain's goroutine; then the drain, which
+		// ends every stream at shutdown.
+		grpc.ChainStreamInterceptor(
+			selector.StreamServerInterceptor(
+				concurrency.StreamServerInterceptor(concurrency.NewLimiter(cfg.GRPC.MaxOpenStreams)), keylessStreams()),
+			a.streams.StreamServerInterceptor()))
 	services.RegisterChained(a.grpc, chain)
 	healthpb.RegisterHealthServer(a.grpc, a.health.Service())
 	if cfg.GRPC.Reflection {
@@ -237,7 +262,7 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 	// as sent to grpc.max_recv_bytes (or http.max_body_bytes, if smaller);
 	// transcoded from JSON, a message may grow a little, and is not refused
 	// for that (no bound in its codec).
-	a.browser = newGRPCServer(cfg, a.streams, tp, nil, 0)
+	a.browser = newGRPCServer(cfg, tp, 0, grpc.StreamInterceptor(a.streams.StreamServerInterceptor()))
 	services.RegisterChained(a.browser, chain)
 
 	channel := gateway.NewChannel(nil)
@@ -272,23 +297,27 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 		}),
 		Elsewhere: cfg.Operator.Addr != "",
 	}
-	a.http = newHTTPServer(cfg.HTTP, gateway.Handler(rest, op), log)
+	a.http = newHTTPServer(cfg, gateway.Handler(rest, op), httpMaxStreams, a.guards.http, log)
 	if a.certs != nil {
 		a.http.TLSConfig = a.certs.ServerConfig("h2", "http/1.1")
 	}
 	if op.Elsewhere {
 		// No caller of the operator port is authenticated: a health
-		// request is a few bytes, and that is all it takes.
-		a.operatorGRPC = grpc.NewServer(grpc.MaxRecvMsgSize(operatorMaxMessage))
+		// request is a few bytes, and that is all it takes. Its Watch
+		// streams have a bound of their own, as on grpc.addr: the port
+		// needs no key either, and a flood of them there must not refuse
+		// the watchers of grpc.addr, nor the other way round.
+		a.operatorGRPC = grpc.NewServer(grpc.MaxRecvMsgSize(operatorMaxMessage),
+			grpc.StreamInterceptor(concurrency.StreamServerInterceptor(concurrency.NewLimiter(cfg.GRPC.MaxOpenStreams))))
 		healthpb.RegisterHealthServer(a.operatorGRPC, a.health.Service())
-		a.operator = newHTTPServer(cfg.HTTP, gateway.OperatorHandler(op, a.operatorGRPC), log)
 		// Plaintext HTTP/2 (h2c) for the kubelet's grpc probe, HTTP/1.1
 		// for its httpGet ones; few streams a connection, and a scrape
 		// that stops reading is cut.
+		a.guards.operator = newListenerGuard(listenerOperator, maxConns, 4*operatorMaxStreams, false, conns, log)
+		a.operator = newHTTPServer(cfg, gateway.OperatorHandler(op, a.operatorGRPC), operatorMaxStreams, a.guards.operator, log)
 		a.operator.Protocols = new(http.Protocols)
 		a.operator.Protocols.SetHTTP1(true)
 		a.operator.Protocols.SetUnencryptedHTTP2(true)
-		a.operator.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: operatorMaxStreams}
 		a.operator.WriteTimeout = operatorWriteTimeout
 	}
 	return nil
@@ -343,19 +372,18 @@ func newAuthenticator(c config.Auth, m *metrics.Metrics) (*apikey.Authenticator,
 	return apikey.New(keys, c.Public, apikey.WithOnReject(m.Rejected(metrics.ReasonUnauthenticated))), ids, nil
 }
 
-// newGRPCServer returns the grpc.Server for the sheba.v1 services, which
+// newGRPCServer returns a grpc.Server for the sheba.v1 services, which
 // bring the chain themselves (server.Services.RegisterChained), with their
 // messages bounded to maxMessage bytes (0: no bound of their own) by
-// server.Codec, the limits of grpcLimits, every stream ended by streams at
-// shutdown, a span per call when tp is not nil, and opts. It has no unary
+// server.Codec, the limits of grpcLimits, a span per call when tp is not
+// nil, and opts: the stream interceptors (health Watch and reflection
+// never end by themselves: the drain ends them at shutdown) and, for
+// grpc.addr, the key's tap and the credentials. It has no unary
 // interceptor: grpc.health.v1 (and reflection) answer without a key,
 // limits or shedding, like the operator endpoints on HTTP, so probes work
 // under any load.
-func newGRPCServer(cfg config.Config, streams *drain.Drainer, tp trace.TracerProvider, certs *certreload.Reloader, maxMessage int, opts ...grpc.ServerOption) *grpc.Server {
+func newGRPCServer(cfg config.Config, tp trace.TracerProvider, maxMessage int, opts ...grpc.ServerOption) *grpc.Server {
 	opts = append(opts,
-		// Streams (health Watch, reflection) never end by themselves:
-		// shutdown ends them so that the drain can finish.
-		grpc.StreamInterceptor(streams.StreamServerInterceptor()),
 		// A message over grpc.max_recv_bytes, or with a repeated field
 		// over its bound, is refused before it is unmarshalled, by the
 		// chain, with its ErrorInfo.
@@ -363,10 +391,6 @@ func newGRPCServer(cfg config.Config, streams *drain.Drainer, tp trace.TracerPro
 		grpc.MaxRecvMsgSize(grpcReadBound(cfg)),
 	)
 	opts = append(opts, grpcLimits(cfg.GRPC, cfg.Limits.Timeout)...)
-	if certs != nil {
-		// TLS only: a plaintext connection fails its handshake.
-		opts = append(opts, grpc.Creds(credentials.NewTLS(certs.ServerConfig("h2"))))
-	}
 	if tp != nil {
 		opts = append(opts, grpc.StatsHandler(tracing.NewServerHandler(tp)))
 	}
@@ -383,6 +407,35 @@ func newGRPCServer(cfg config.Config, streams *drain.Drainer, tp trace.TracerPro
 func grpcReadBound(cfg config.Config) int {
 	return int(max(cfg.HTTP.MaxBodyBytes, int64(cfg.GRPC.MaxRecvBytes)))
 }
+
+// newGRPCCreds returns the credentials of grpc.addr: TLS only when certs is
+// not nil (a plaintext connection fails its handshake), else none; either
+// way each connection watched by guard.
+func newGRPCCreds(certs *certreload.Reloader, guard *listenerGuard) credentials.TransportCredentials {
+	if certs == nil {
+		return grpcCreds{TransportCredentials: insecure.NewCredentials(), guard: guard}
+	}
+	return grpcCreds{TransportCredentials: credentials.NewTLS(certs.ServerConfig("h2")), guard: guard}
+}
+
+// keylessStreams matches the streams that need no API key and never end by
+// themselves: grpc.health.v1's Watch and server reflection. They count
+// against grpc.max_open_streams; streams of the API have bounds of their
+// own.
+func keylessStreams() selector.Matcher {
+	return selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool {
+		return c.Service == healthpb.Health_ServiceDesc.ServiceName || strings.HasPrefix(c.Service, "grpc.reflection.")
+	})
+}
+
+// httpMaxStreams is the HTTP/2 streams a connection to http.addr may have
+// open: net/http's default, said here because the reset budget is derived
+// from it.
+const httpMaxStreams = 250
+
+// grpcConnectionTimeout is the time a gRPC connection has to finish its
+// TLS handshake and its HTTP/2 preface; a silent one is then closed.
+const grpcConnectionTimeout = 10 * time.Second
 
 // The bounds of the operator port, whose callers are probes and scrapers:
 // a health request's size, HTTP/2 streams a connection, and the time to
@@ -405,8 +458,12 @@ const maxHeaderBytes = 64 << 10
 // (docs/operations.md#slow-clients):
 //
 //   - grpc.max_concurrent_streams: a connection carries at most that many
-//     calls at once. grpc-go's default is no limit, which also turns off its
-//     cap on HTTP/2 rapid resets (it is derived from this value).
+//     calls at once. grpc-go's default is no limit, which also turns off
+//     the one thing it does against HTTP/2 rapid resets: it runs at most
+//     this many handlers of a connection at once, and stops reading it
+//     meanwhile. That slows such a client and never stops it; the reset
+//     guard of the credentials ends its connection
+//     (docs/operations.md#connections-and-streams).
 //   - metadata of a call at most 64 KiB, like HTTP headers.
 //   - keepalive enforcement: a client may ping every 10 s at most (grpc-go's
 //     default of 5 min closes clients that use the common 10–60 s keepalive
@@ -419,8 +476,13 @@ const maxHeaderBytes = 64 << 10
 //   - the server pings a connection idle for 1 min and closes it if no
 //     answer comes within 20 s, so a vanished client does not hold its
 //     streams.
+//   - a connection that has not finished its TLS handshake and HTTP/2
+//     preface within 10 s is closed (grpc-go's default is 120 s), and one
+//     with no call open for grpc.max_connection_idle is sent GOAWAY and
+//     closed: neither holds a place of limits.max_connections for long.
 func grpcLimits(c config.GRPC, callTimeout time.Duration) []grpc.ServerOption {
 	return []grpc.ServerOption{
+		grpc.ConnectionTimeout(grpcConnectionTimeout),
 		grpc.MaxConcurrentStreams(uint32(c.MaxConcurrentStreams)),
 		grpc.MaxHeaderListSize(maxHeaderBytes),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
@@ -428,6 +490,7 @@ func grpcLimits(c config.GRPC, callTimeout time.Duration) []grpc.ServerOption {
 			PermitWithoutStream: true,
 		}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionIdle:     c.MaxConnectionIdle,
 			MaxConnectionAge:      30 * time.Minute,
 			MaxConnectionAgeGrace: callTimeout + 5*time.Second,
 			Time:                  time.Minute,
@@ -436,18 +499,25 @@ func grpcLimits(c config.GRPC, callTimeout time.Duration) []grpc.ServerOption {
 	}
 }
 
-// newHTTPServer returns the HTTP server of the REST gateway and the
-// operator endpoints, with the read deadlines of c: a client that sends its
-// headers or its whole request too slowly is cut
-// (docs/operations.md#slow-clients).
-func newHTTPServer(c config.HTTP, h http.Handler, log *slog.Logger) *http.Server {
+// newHTTPServer returns an HTTP server of h with the deadlines of the http
+// section: a client that sends its headers or its whole request too
+// slowly, or reads its answer too slowly, is cut
+// (docs/operations.md#slow-clients). Its HTTP/2 connections may have
+// maxStreams streams open, and are watched by guard, which sends GOAWAY to
+// one that resets streams faster than it completes calls; guard also
+// counts the failed TLS handshakes net/http logs.
+func newHTTPServer(cfg config.Config, h http.Handler, maxStreams int, guard *listenerGuard, log *slog.Logger) *http.Server {
+	c := cfg.HTTP
 	return &http.Server{
-		Handler:           h,
+		Handler:           guard.resets.Handler(h),
+		ConnContext:       guard.resets.ConnContext,
 		ReadHeaderTimeout: c.ReadHeaderTimeout,
 		ReadTimeout:       c.ReadTimeout,
+		WriteTimeout:      cfg.HTTPWriteTimeout(),
 		IdleTimeout:       c.IdleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: maxStreams},
+		ErrorLog:          guard.errorLog(log),
 	}
 }
 
@@ -540,7 +610,7 @@ func (a *App) Serve(ctx context.Context, lis Listeners) error {
 		a.close()
 		return errors.New("serve: an operator listener is needed exactly when operator.addr is set")
 	}
-	grpcLis, httpLis := lis.GRPC, lis.HTTP
+	grpcLis, httpLis := a.guards.grpc.listen(lis.GRPC), a.guards.http.listen(lis.HTTP)
 	bg := background{
 		// The checker outlives ctx: readiness must stay false while
 		// draining, and the chain asks it whether the database is up until
@@ -585,7 +655,7 @@ func (a *App) Serve(ctx context.Context, lis Listeners) error {
 	}
 	attrs := []any{"grpc_addr", grpcLis.Addr().String(), "http_addr", httpLis.Addr().String()}
 	if a.operator != nil {
-		go serveHTTP(lis.Operator, a.operator.Serve)
+		go serveHTTP(a.guards.operator.listen(lis.Operator), a.operator.Serve)
 		attrs = append(attrs, "operator_addr", lis.Operator.Addr().String())
 	}
 	a.log.InfoContext(ctx, "serving", attrs...)

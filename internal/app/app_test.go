@@ -145,3 +145,27 @@ func TestHookUnknownMethod(t *testing.T) {
 		t.Errorf("got %v, want an error naming hook.methods[1]", err)
 	}
 }
+
+// TestHTTPWriteTimeout: http.addr's write timeout is http.write_timeout,
+// or limits.timeout + 10s when it is 0 (the default).
+func TestHTTPWriteTimeout(t *testing.T) {
+	for _, test := range []struct {
+		name         string
+		limit, write time.Duration
+		want         time.Duration
+	}{
+		{"default", 5 * time.Second, 0, 15 * time.Second},
+		{"longer requests", 40 * time.Second, 0, 50 * time.Second},
+		{"set", 5 * time.Second, 2 * time.Second, 2 * time.Second},
+	} {
+		t.Run(test.name, func(t *testing.T) {
+			cfg := config.Default()
+			cfg.Database.URL = "postgres://127.0.0.1:1/none"
+			cfg.Limits.Timeout, cfg.HTTP.WriteTimeout = test.limit, test.write
+			a := benchApp(t, cfg)
+			if got := a.http.WriteTimeout; got != test.want {
+				t.Errorf("write timeout: got %v, want %v", got, test.want)
+			}
+		})
+	}
+}

@@ -31,9 +31,11 @@ type Checker struct {
 	failures int  // consecutive failed pings
 	answered bool // some ping has succeeded
 
-	// stop is closed by EndWatches.
-	stop     chan struct{}
-	stopOnce sync.Once
+	// watching ends when EndWatches ends the Watch streams: a context for
+	// its cancellation alone, which context.AfterFunc follows without a
+	// goroutine per stream.
+	watching    context.Context
+	endWatching context.CancelFunc
 
 	mu           sync.Mutex
 	ready        bool
@@ -57,8 +59,8 @@ func NewChecker(ping func(context.Context) error, interval time.Duration, servic
 		interval: interval,
 		services: services,
 		reason:   "starting",
-		stop:     make(chan struct{}),
 	}
+	h.watching, h.endWatching = context.WithCancel(context.Background())
 	h.dbUp.Store(true)
 	h.setGRPC(healthpb.HealthCheckResponse_NOT_SERVING)
 	return h
@@ -136,7 +138,7 @@ func (h *Checker) Shutdown() {
 // timeout. Call it after Shutdown, once the watchers have had time to see
 // NOT_SERVING.
 func (h *Checker) EndWatches() {
-	h.stopOnce.Do(func() { close(h.stop) })
+	h.endWatching()
 }
 
 // DatabaseUp reports whether the database counts as up: it answered the last
@@ -177,27 +179,23 @@ func (h *Checker) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 // Service returns the grpc.health.v1 server to register on the grpc.Server.
 // Its statuses follow the checks; its Watch streams end at EndWatches.
 func (h *Checker) Service() healthpb.HealthServer {
-	return healthService{Server: h.grpc, stop: h.stop}
+	return healthService{Server: h.grpc, watching: h.watching}
 }
 
 // healthService is the grpc.health.v1 server whose Watch streams end when
-// stop closes, so that they do not hold a graceful stop open.
+// watching does, so that they do not hold a graceful stop open.
 type healthService struct {
 	*health.Server
-	stop <-chan struct{}
+	watching context.Context
 }
 
 // Watch streams status changes until the client leaves or the server stops.
+// It costs no goroutine beyond the stream's own: every open Watch is one
+// that keyless callers can hold (docs/operations.md#slow-clients).
 func (h healthService) Watch(req *healthpb.HealthCheckRequest, stream healthpb.Health_WatchServer) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
-	go func() {
-		select {
-		case <-h.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	defer context.AfterFunc(h.watching, cancel)()
 	return h.Server.Watch(req, watchStream{Health_WatchServer: stream, ctx: ctx})
 }
 

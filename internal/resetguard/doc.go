@@ -24,8 +24,11 @@
 // frames of a connection given to grpc-go, both ways, reading their 9-byte
 // headers with golang.org/x/net/http2's ReadFrameHeader: client RST_STREAM
 // frames are resets, server HEADERS frames that end their stream (the
-// trailers of a call) are completions. When the budget runs out the
-// connection is closed, for grpc-go cannot be told to send GOAWAY.
+// trailers of a call) are completions, unless the client reset that stream
+// too, before or after: grpc-go answers a call refused from its headers (a
+// missing API key) whether or not its reset has come, and such answers
+// must not pay for the resets. When the budget runs out the connection is
+// closed, for grpc-go cannot be told to send GOAWAY.
 //
 // net/http's HTTP/2 server sends GOAWAY when a handler's answer carries
 // "Connection: close", and gives each connection a context

@@ -76,11 +76,23 @@ type conn struct {
 	g       *Guard
 	a       *account
 	in, out frames
+	// ended holds the streams the server ended last, and reset those the
+	// client reset last, each at its slot: a stream both ended and reset
+	// was reset, whichever came first, and is no completed call. grpc-go
+	// answers a call it can refuse from its headers (a missing key, in the
+	// tap) whether or not the client's reset of it has come, and counting
+	// that answer as a completed call would let a client reset keyed
+	// methods' streams without a key for ever.
+	ended, reset streamRing
+	// cut is set by the read that emptied the budget; only reads touch it.
+	cut bool
 }
 
 func (c *conn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
-	if resets, _ := c.in.scan(p[:n]); resets > 0 && c.a.reset(resets) {
+	c.in.scan(p[:n], c.clientFrame)
+	if c.cut {
+		c.cut = false
 		c.g.onClose(c.Conn.RemoteAddr())
 		_ = c.Conn.Close()
 		return 0, ErrTooManyResets
@@ -90,11 +102,55 @@ func (c *conn) Read(p []byte) (int, error) {
 
 func (c *conn) Write(p []byte) (int, error) {
 	n, err := c.Conn.Write(p)
-	if _, done := c.out.scan(p[:n]); done > 0 {
-		c.a.complete(done)
-	}
+	c.out.scan(p[:n], c.serverFrame)
 	return n, err
 }
+
+// clientFrame counts a client RST_STREAM as a reset, twice when the
+// server had ended the stream already (its completion taken back).
+func (c *conn) clientFrame(h http2.FrameHeader) {
+	if h.Type != http2.FrameRSTStream {
+		return
+	}
+	n := 1
+	if c.ended.take(h.StreamID) {
+		n = 2
+	} else {
+		c.reset.put(h.StreamID)
+	}
+	if c.a.reset(n) {
+		c.cut = true
+	}
+}
+
+// serverFrame counts a HEADERS frame that ends its stream (the trailers
+// of a call) as a completed call, unless the client has reset the stream.
+func (c *conn) serverFrame(h http2.FrameHeader) {
+	if h.Type != http2.FrameHeaders || !h.Flags.Has(http2.FlagHeadersEndStream) || c.reset.take(h.StreamID) {
+		return
+	}
+	c.ended.put(h.StreamID)
+	c.a.complete(1)
+}
+
+// ringSize is the streams a conn remembers as ended by each side: twice
+// as many as a connection of grpc.addr may have open (256 by default), so
+// that the second side to end a stream finds it there.
+const ringSize = 512
+
+// streamRing remembers the ids of the streams that one side ended last,
+// each at its slot; used by the server's writes and by its reads, which
+// run on two goroutines.
+type streamRing [ringSize]atomic.Uint32
+
+// slot is where id is kept: client streams have odd ids, one after the
+// other.
+func slot(id uint32) int { return int(id>>1) % ringSize }
+
+func (r *streamRing) put(id uint32) { r[slot(id)].Store(id) }
+
+// take reports whether id is there, and forgets it.
+func (r *streamRing) take(id uint32) bool { return id != 0 && r[slot(id)].CompareAndSwap(id, 0) }
 
 // frames follows the frames of one direction of a connection through the
 // bytes that pass, in pieces of any size.
@@ -106,9 +162,9 @@ type frames struct {
 	rd      bytes.Reader
 }
 
-// scan follows p and returns how many RST_STREAM frames, and how many
-// HEADERS frames that end their stream, begin in it.
-func (f *frames) scan(p []byte) (resets, ends int) {
+// scan follows p and calls seen with the header of each frame that
+// begins in it.
+func (f *frames) scan(p []byte, seen func(http2.FrameHeader)) {
 	for len(p) > 0 {
 		switch {
 		case f.preface > 0:
@@ -124,24 +180,18 @@ func (f *frames) scan(p []byte) (resets, ends int) {
 			f.got += k
 			p = p[k:]
 			if f.got < len(f.head) {
-				return resets, ends
+				return
 			}
 			f.got = 0
 			f.rd.Reset(f.head[:])
 			h, err := http2.ReadFrameHeader(&f.rd)
 			if err != nil {
-				return resets, ends
+				return
 			}
 			f.skip = h.Length
-			switch {
-			case h.Type == http2.FrameRSTStream:
-				resets++
-			case h.Type == http2.FrameHeaders && h.Flags.Has(http2.FlagHeadersEndStream):
-				ends++
-			}
+			seen(h)
 		}
 	}
-	return resets, ends
 }
 
 // connKey is the context key of a connection's account.

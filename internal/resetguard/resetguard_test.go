@@ -45,10 +45,17 @@ func TestScan(t *testing.T) {
 		for size := 1; size <= 40; size++ {
 			f := frames{preface: test.preface}
 			resets, ends := 0, 0
+			count := func(h http2.FrameHeader) {
+				switch {
+				case h.Type == http2.FrameRSTStream:
+					resets++
+				case h.Type == http2.FrameHeaders && h.Flags.Has(http2.FlagHeadersEndStream):
+					ends++
+				}
+			}
 			for p := test.bytes; len(p) > 0; {
 				k := min(size, len(p))
-				r, e := f.scan(p[:k])
-				resets, ends = resets+r, ends+e
+				f.scan(p[:k], count)
 				p = p[k:]
 			}
 			if resets != test.resets || ends != test.ends {
@@ -74,5 +81,61 @@ func TestAccount(t *testing.T) {
 	}
 	if a.reset(1) {
 		t.Error("the connection was ended twice")
+	}
+}
+
+// TestResetOfEndedStream: a client reset of a stream the server has ended
+// already (as grpc-go's tap refuses a call without a key before the
+// client's reset is read) takes back that stream's completion, so a client
+// that opens and resets keyed methods' streams without a key runs dry as
+// fast as one whose streams the server never ends; a reset of a stream
+// the server has not ended costs one.
+func TestResetOfEndedStream(t *testing.T) {
+	const budget = 10
+	var cut int
+	c := New(budget, nil).Conn(nil).(*conn)
+	hdr := func(typ http2.FrameType, flags http2.Flags, id uint32) http2.FrameHeader {
+		return http2.FrameHeader{Type: typ, Flags: flags, StreamID: id}
+	}
+	id := uint32(1)
+	for i := range 2 * budget {
+		c.serverFrame(hdr(http2.FrameHeaders, http2.FlagHeadersEndStream, id))
+		c.clientFrame(hdr(http2.FrameRSTStream, 0, id))
+		id += 2
+		if c.cut && cut == 0 {
+			cut = i + 1
+		}
+	}
+	// A completion is never banked beyond the budget, so from the second
+	// stream on each costs one, as a reset of a stream never ended does.
+	if cut == 0 || cut > budget+1 {
+		t.Errorf("ended then reset: cut after %d streams, want within %d", cut, budget+1)
+	}
+
+	// Reset, then ended (grpc-go writes its answer to the tap's refusal
+	// after reading the reset): no completion.
+	c = New(budget, nil).Conn(nil).(*conn)
+	cut = 0
+	for i := range 2 * budget {
+		c.clientFrame(hdr(http2.FrameRSTStream, 0, id))
+		c.serverFrame(hdr(http2.FrameHeaders, http2.FlagHeadersEndStream, id))
+		id += 2
+		if c.cut && cut == 0 {
+			cut = i + 1
+		}
+	}
+	if cut != budget+1 {
+		t.Errorf("reset then ended: cut after %d streams, want %d", cut, budget+1)
+	}
+
+	c = New(budget, nil).Conn(nil).(*conn)
+	for range budget {
+		// Answered and not reset, or reset and never answered.
+		c.serverFrame(hdr(http2.FrameHeaders, http2.FlagHeadersEndStream, id))
+		c.clientFrame(hdr(http2.FrameRSTStream, 0, id+2))
+		id += 4
+	}
+	if c.cut {
+		t.Error("as many resets as completed calls cut the connection")
 	}
 }

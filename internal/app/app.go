@@ -270,6 +270,7 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 	rest, err := gateway.New(ctx, channel, gateway.Options{
 		MaxBodyBytes:        cfg.HTTP.MaxBodyBytes,
 		MaxConcurrentBodies: cfg.HTTP.MaxConcurrentBodies,
+		WriteTimeout:        cfg.HTTPWriteTimeout(),
 		CompressMinBytes:    cfg.Compression.MinBytes,
 		TracerProvider:      tp,
 		// The hook is told of the REST request, and adds headers to its

@@ -37,10 +37,15 @@ var errNoBodySlot = status.Error(codes.ResourceExhausted, "too many request bodi
 // bodySlots is the bound on request bodies read at once.
 type bodySlots struct {
 	sem *semaphore.Weighted
+	// writeTimeout (http.write_timeout; 0: none) is given to the answer
+	// again once the body is read: net/http counts it from the request's
+	// headers, so a body that took most of http.read_timeout to arrive
+	// would leave its answer no time to be written.
+	writeTimeout time.Duration
 }
 
-func newBodySlots(n int) *bodySlots {
-	return &bodySlots{sem: semaphore.NewWeighted(int64(max(n, 1)))}
+func newBodySlots(n int, writeTimeout time.Duration) *bodySlots {
+	return &bodySlots{sem: semaphore.NewWeighted(int64(max(n, 1))), writeTimeout: writeTimeout}
 }
 
 // acquire takes a slot for r's body, if it has one, and returns r with a
@@ -48,7 +53,7 @@ func newBodySlots(n int) *bodySlots {
 // release func for when the request is done; answered is true if no slot
 // was free in time and a 429 was written.
 func (s *bodySlots) acquire(gw *runtime.ServeMux, w http.ResponseWriter, r *http.Request) (_ *http.Request, release func(), answered bool) {
-	r, release, busy := s.take(r)
+	r, release, busy := s.take(w, r)
 	if busy {
 		w.Header().Set(retryAfterHeader, "1")
 		writeError(gw, w, r, errNoBodySlot)
@@ -58,8 +63,10 @@ func (s *bodySlots) acquire(gw *runtime.ServeMux, w http.ResponseWriter, r *http
 }
 
 // take is acquire without the answer: busy is true if no slot was free in
-// time, and then the caller answers errNoBodySlot.
-func (s *bodySlots) take(r *http.Request) (_ *http.Request, release func(), busy bool) {
+// time, and then the caller answers errNoBodySlot. Once the body is read
+// (or the slot given back), the answer on w has writeTimeout from then to
+// be written.
+func (s *bodySlots) take(w http.ResponseWriter, r *http.Request) (_ *http.Request, release func(), busy bool) {
 	if bodiless(r) {
 		return r, func() {}, false
 	}
@@ -67,7 +74,15 @@ func (s *bodySlots) take(r *http.Request) (_ *http.Request, release func(), busy
 		return r, nil, true
 	}
 	var once sync.Once
-	release = func() { once.Do(func() { s.sem.Release(1) }) }
+	release = func() {
+		once.Do(func() {
+			s.sem.Release(1)
+			if s.writeTimeout > 0 {
+				// A writer that cannot move its deadline keeps net/http's.
+				_ = ExtendWriteDeadline(w, s.writeTimeout)
+			}
+		})
+	}
 	r.Body = &slotBody{ReadCloser: r.Body, release: release}
 	return r, release, false
 }

@@ -295,11 +295,11 @@ func (b *browser) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var err error
 	switch {
 	case b.authn.Known(credential(r.Header, apiKeyHeaders[:1]), credential(r.Header, authorizationHeaders[:1])):
-		body, err = b.body(r, p, in, b.maxMessage, b.slots)
+		body, err = b.body(w, r, p, in, b.maxMessage, b.slots)
 	case b.authn.Public(r.URL.Path):
 		// Within its own bound, without a slot (publicbody.go); one over
 		// it is not read.
-		if body, err = b.body(r, p, in, publicBodyBytes, nil); status.Code(err) == codes.ResourceExhausted {
+		if body, err = b.body(w, r, p, in, publicBodyBytes, nil); status.Code(err) == codes.ResourceExhausted {
 			closeAfterAnswer(w, r)
 		}
 	default:
@@ -359,7 +359,7 @@ var resourceExhausted = strconv.Itoa(int(codes.ResourceExhausted))
 // its end only, as a unary call's is (several padded strings one after the
 // other, as a streaming client may send, are not); line breaks in it are
 // skipped.
-func (b *browser) body(r *http.Request, p *browserProtocol, in protoreflect.MessageType, maxBody int64, slots *bodySlots) ([]byte, error) {
+func (b *browser) body(w http.ResponseWriter, r *http.Request, p *browserProtocol, in protoreflect.MessageType, maxBody int64, slots *bodySlots) ([]byte, error) {
 	limit, sent := p.bounds(maxBody)
 	if r.ContentLength > sent {
 		return nil, bodyTooLarge(maxBody)
@@ -367,7 +367,7 @@ func (b *browser) body(r *http.Request, p *browserProtocol, in protoreflect.Mess
 	if slots != nil {
 		var release func()
 		var busy bool
-		if r, release, busy = slots.take(r); busy {
+		if r, release, busy = slots.take(w, r); busy {
 			return nil, errNoBodySlot
 		}
 		defer release()

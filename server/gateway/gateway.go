@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -38,6 +39,10 @@ type Options struct {
 	// once; a request that finds none free within a second is answered
 	// 429.
 	MaxConcurrentBodies int
+	// WriteTimeout is http.write_timeout: an answer has that long to be
+	// written from the end of its request's body, not only from its
+	// headers as net/http counts it (0: net/http's count alone).
+	WriteTimeout time.Duration
 	// Authenticator is the chain's API-key check, asked before a body is
 	// read: a request to a method that needs a key, without a valid one,
 	// goes on without its body, which the chain then refuses (401).
@@ -200,7 +205,7 @@ func New(ctx context.Context, conn *Channel, o Options) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	slots := newBodySlots(o.MaxConcurrentBodies)
+	slots := newBodySlots(o.MaxConcurrentBodies, o.WriteTimeout)
 	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// The answer is JSON or CBOR by Accept: caches must key on it.
 		// The room for one more value is for gzhttp's Vary:

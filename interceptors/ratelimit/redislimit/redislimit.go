@@ -187,6 +187,9 @@ func (b *Backend) late(err error) {
 	now := int64(time.Since(b.clock.epoch)) + 1
 	since := b.lateSince.Load()
 	switch {
+	case !b.up.Load():
+		// A decision sent before Redis was marked down: its lateness is
+		// already told, and noting it would count against Redis once back.
 	case b.opts.grace <= 0:
 		b.markDown(err)
 	case since == 0:
@@ -220,6 +223,7 @@ func (b *Backend) probe() {
 			// The fallback's clock stops before decisions go back to Redis,
 			// so the time Redis answers never fills its buckets.
 			b.clock.stop()
+			b.lateSince.Store(0)
 			b.up.Store(true)
 			b.opts.log.Info("rate limits: redis answers again; limits are shared again")
 			return

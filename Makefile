@@ -18,7 +18,7 @@ PKGS := ./...
 KUBECHECK := GOWORK=off $(GO) -C deploy/kubecheck
 TESTFLAGS ?= -shuffle=on -count=1
 
-.PHONY: all build run test test-race fuzz generate generate-check lint bench bench-limits clean dev-db-stop
+.PHONY: all build run test test-race fuzz generate generate-check lint vulncheck bench bench-limits clean dev-db-stop
 
 all: build
 
@@ -114,6 +114,31 @@ lint:
 	$(KUBECHECK) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
 	if [ -n "$$out" ]; then echo "gofmt needed: $$out" >&2; exit 1; fi
+
+# Known vulnerabilities in what the service calls: govulncheck (pinned in
+# tools/go.mod) over the service's module, against the Go vulnerability
+# database at VULNDB_VERSION, a version of the module golang.org/x/vulndb:
+# it comes from the Go module proxy like any module, carries every report
+# as an OSV file (data/osv), and its own cmd/indexdb, built from the same
+# version, turns them into the database govulncheck reads (-db file://), so
+# vuln.go.dev is never asked. Bump VULNDB_VERSION to take newer reports
+# (`go list -m golang.org/x/vulndb@latest` names the newest). What fails:
+# scripts/vulngate (a called vulnerability that a go get, or the Go of
+# go.mod's toolchain line, would fix; one fixed only in a newer Go is
+# listed and waits for it).
+VULNDB_VERSION := v0.0.0-20261105234957-e22db6528018
+VULNDB := bin/vulndb/$(VULNDB_VERSION)
+TOOLCHAIN = $(shell sed -n 's/^toolchain //p' go.mod)
+
+$(VULNDB)/index/db.json:
+	rm -rf $(VULNDB)
+	GOWORK=off $(GO) mod download golang.org/x/vulndb@$(VULNDB_VERSION)
+	GOWORK=off $(GO) run golang.org/x/vulndb/cmd/indexdb@$(VULNDB_VERSION) \
+		-vulns "$$($(GO) env GOMODCACHE)/golang.org/x/vulndb@$(VULNDB_VERSION)/data/osv" -out $(VULNDB)
+
+vulncheck: $(VULNDB)/index/db.json
+	$(TOOL) govulncheck -db file://$(CURDIR)/$(VULNDB) -format json $(PKGS) > bin/vulncheck.json
+	$(GO) run ./scripts/vulngate -toolchain "$(TOOLCHAIN)" < bin/vulncheck.json
 
 # Load benchmarks (bench/README.md): sheba beside bare baselines, about 6
 # minutes; SCENARIO=ping-rest (or a comma list) runs only those, and

@@ -2,6 +2,8 @@ module github.com/shebasvc/sheba
 
 go 1.26.0
 
+toolchain go1.26.8
+
 require (
 	connectrpc.com/connect v1.19.1
 	connectrpc.com/vanguard v0.4.0

@@ -176,6 +176,9 @@ type Redis struct {
 	// Timeout bounds one decision in Redis; a slower one, or a Redis that
 	// is down, makes the replica fall back to its own buckets and counts.
 	Timeout time.Duration `yaml:"timeout"`
+	// FallbackShare is the share of each rate and burst that a replica's
+	// own buckets admit while Redis is down or slow.
+	FallbackShare float64 `yaml:"fallback_share"`
 }
 
 // Hook configures the external request hook (docs/hook.md): a service of
@@ -370,7 +373,7 @@ func Default() Config {
 			SecretOverlap:          24 * time.Hour,
 			DatabaseMaxConns:       8,
 		},
-		Redis: Redis{Timeout: 5 * time.Millisecond},
+		Redis: Redis{Timeout: 20 * time.Millisecond, FallbackShare: 0.5},
 		Hook: Hook{
 			Protocol:     HookHTTP,
 			Timeout:      100 * time.Millisecond,

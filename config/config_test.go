@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"go.yaml.in/yaml/v3"
@@ -46,6 +47,11 @@ func TestDefault(t *testing.T) {
 	}
 	if diff := cmp.Diff(valid(), got); diff != "" {
 		t.Errorf("Load with no file and no overrides mismatch (-want +got):\n%s", diff)
+	}
+	// Said in docs/configuration.md: Envoy's rate-limit timeout (it was
+	// 5ms), and half of each rate while Redis is out.
+	if r := got.Redis; r.Timeout != 20*time.Millisecond || r.FallbackShare != 0.5 {
+		t.Errorf("redis defaults: timeout %v, fallback_share %v; want 20ms, 0.5", r.Timeout, r.FallbackShare)
 	}
 
 	// The bound of a gRPC message is 64 KiB: sheba's valid requests are a

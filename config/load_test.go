@@ -85,6 +85,7 @@ func TestEnvNames(t *testing.T) {
 		"SHEBA_WEBHOOKS_DATABASE_MAX_CONNS",
 		"SHEBA_REDIS_URL",
 		"SHEBA_REDIS_TIMEOUT",
+		"SHEBA_REDIS_FALLBACK_SHARE",
 		"SHEBA_HOOK_URL",
 		"SHEBA_HOOK_PROTOCOL",
 		"SHEBA_HOOK_METHODS",
@@ -152,7 +153,7 @@ shutdown: { drain_delay: 5s, timeout: 20s }
 log: { level: debug, format: text }
 idempotency: { ttl: 1h }
 webhooks: { timeout: 3s, max_attempts: 5, backoff: { base: 100ms, max: 1m }, per_endpoint_concurrency: 2, allow_private_networks: true, max_endpoints: 7, secret_overlap: 0s, database_max_conns: 5 }
-redis: { url: "redis://cache:6379/2", timeout: 8ms }
+redis: { url: "redis://cache:6379/2", timeout: 8ms, fallback_share: 0.25 }
 tls: { cert_file: /tls/tls.crt, key_file: /tls/tls.key, client_ca_file: /tls/ca.crt }
 operator: { addr: ":8081" }
 hook: { url: "unix:///run/hook.sock", protocol: http, methods: ["/sheba.v1.AccountService/Login"], timeout: 50ms, failure_mode: open, send_body: false, headers: ["user-agent"], cache_entries: 5 }
@@ -188,7 +189,7 @@ hook: { url: "unix:///run/hook.sock", protocol: http, methods: ["/sheba.v1.Accou
 						SecretOverlap:    0, // 0s in the file, not the default 24h
 						DatabaseMaxConns: 5,
 					},
-					Redis: Redis{URL: "redis://cache:6379/2", Timeout: 8 * time.Millisecond},
+					Redis: Redis{URL: "redis://cache:6379/2", Timeout: 8 * time.Millisecond, FallbackShare: 0.25},
 					Hook: Hook{
 						URL: "unix:///run/hook.sock", Protocol: HookHTTP, Methods: []string{"/sheba.v1.AccountService/Login"},
 						Timeout: 50 * time.Millisecond, FailureMode: HookFailOpen, SendBody: false,

@@ -156,6 +156,7 @@ func (c Config) check() *Error {
 		func() *Error { return atLeast("webhooks.database_max_conns", c.Webhooks.DatabaseMaxConns, 4) },
 		func() *Error { return checkRedisURL(c.Redis.URL) },
 		func() *Error { return checkRedisTimeout(c.Redis.Timeout) },
+		func() *Error { return checkFallbackShare(c.Redis.FallbackShare) },
 		func() *Error { return oneOf("hook.protocol", c.Hook.Protocol, HookHTTP, HookExtAuthz) },
 		func() *Error { return checkHookURL(c.Hook.URL, c.Hook.Protocol) },
 		func() *Error {
@@ -470,6 +471,16 @@ func checkRedisURL(url string) *Error {
 func checkRedisTimeout(d time.Duration) *Error {
 	if d <= 0 || d > time.Second {
 		return bad("redis.timeout", "must be greater than 0 and at most 1s (a few milliseconds is usual), got %v", d)
+	}
+	return nil
+}
+
+// checkFallbackShare checks the share of each rate a replica admits alone
+// while Redis is out: 0 would refuse every call, and more than 1 would
+// admit more than the shared limit on each replica.
+func checkFallbackShare(share float64) *Error {
+	if !(share > 0 && share <= 1) {
+		return bad("redis.fallback_share", "must be above 0 and at most 1 (the share of each rate a replica admits alone while Redis is out), got %v", share)
 	}
 	return nil
 }

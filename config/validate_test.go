@@ -39,6 +39,7 @@ func TestValidate(t *testing.T) {
 		{name: "redis", change: func(c *Config) {
 			c.Redis.URL, c.Redis.Timeout = "redis://:secret@127.0.0.1:6379/1", 10*time.Millisecond
 		}},
+		{name: "redis fallback of the whole rate", change: func(c *Config) { c.Redis.FallbackShare = 1 }},
 		{name: "http hook", change: func(c *Config) {
 			c.Hook = Hook{URL: "http://127.0.0.1:9000/check", Protocol: HookHTTP, Timeout: time.Second, FailureMode: HookFailOpen,
 				Methods: []string{"/sheba.v1.SubscriptionService/CreateSubscription"}, Headers: []string{"user-agent", "x-tenant"}}
@@ -555,6 +556,24 @@ func TestValidate(t *testing.T) {
 			change:  func(c *Config) { c.Redis.Timeout = 0 },
 			wantKey: "redis.timeout",
 			wantMsg: "redis.timeout: must be greater than 0 and at most 1s",
+		},
+		{
+			name:    "redis.fallback_share 0",
+			change:  func(c *Config) { c.Redis.FallbackShare = 0 },
+			wantKey: "redis.fallback_share",
+			wantMsg: "redis.fallback_share: must be above 0 and at most 1 (the share of each rate a replica admits alone while Redis is out), got 0",
+		},
+		{
+			name:    "redis.fallback_share above 1",
+			change:  func(c *Config) { c.Redis.FallbackShare = 1.5 },
+			wantKey: "redis.fallback_share",
+			wantMsg: "redis.fallback_share: must be above 0 and at most 1 (the share of each rate a replica admits alone while Redis is out), got 1.5",
+		},
+		{
+			name:    "redis.fallback_share NaN",
+			change:  func(c *Config) { c.Redis.FallbackShare = math.NaN() },
+			wantKey: "redis.fallback_share",
+			wantMsg: "redis.fallback_share: must be above 0 and at most 1",
 		},
 
 		{

@@ -147,6 +147,7 @@ func UnaryServerInterceptor(limits ...Limit) grpc.UnaryServerInterceptor {
 // Bucket is a token bucket over all callers. It is safe for concurrent use.
 type Bucket struct {
 	lim *rate.Limiter
+	now func() time.Time
 	shape
 }
 
@@ -163,20 +164,49 @@ func shapeOf(perSecond float64, burst int) shape {
 	return shape{policy: PolicyOf(perSecond, burst), perSecond: perSecond, burst: burst}
 }
 
+// BucketOption configures a Bucket.
+type BucketOption func(*bucketOptions)
+
+type bucketOptions struct {
+	now   func() time.Time
+	empty bool
+}
+
+// WithClock makes the bucket read the time from now rather than
+// time.Now. A bucket refills only as its clock runs: redislimit's
+// fallback buckets run on a clock that stands still while Redis answers,
+// so the time Redis was up never fills them.
+func WithClock(now func() time.Time) BucketOption {
+	return func(o *bucketOptions) { o.now = now }
+}
+
+// StartEmpty makes the bucket start with no token rather than full: its
+// first token comes 1/perSecond after it is made.
+func StartEmpty() BucketOption {
+	return func(o *bucketOptions) { o.empty = true }
+}
+
 // NewBucket returns a bucket refilled at perSecond tokens a second, holding at
-// most burst.
-func NewBucket(perSecond float64, burst int) *Bucket {
-	return &Bucket{lim: rate.NewLimiter(rate.Limit(perSecond), burst), shape: shapeOf(perSecond, burst)}
+// most burst; full unless StartEmpty says otherwise.
+func NewBucket(perSecond float64, burst int, opts ...BucketOption) *Bucket {
+	o := bucketOptions{now: time.Now}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	lim := rate.NewLimiter(rate.Limit(perSecond), burst)
+	if o.empty {
+		lim.AllowN(o.now(), burst)
+	}
+	return &Bucket{lim: lim, now: o.now, shape: shapeOf(perSecond, burst)}
 }
 
 // Allow takes a token if there is one.
 func (b *Bucket) Allow(context.Context) Decision {
-	return b.allow(b.lim)
+	return b.allow(b.lim, b.now())
 }
 
-func (s shape) allow(lim *rate.Limiter) Decision {
+func (s shape) allow(lim *rate.Limiter, now time.Time) Decision {
 	p := s.policy
-	now := time.Now()
 	d := Decision{Allowed: true, Policy: p}
 	if !lim.AllowN(now, 1) {
 		d.Allowed = false
@@ -221,7 +251,7 @@ func (p *PerKey) Allow(ctx context.Context) Decision {
 	if !ok {
 		return Decision{Allowed: true}
 	}
-	return p.allow(lim)
+	return p.allow(lim, time.Now())
 }
 
 // Split sends the calls of anonymous callers (whose id is "") to one

@@ -43,6 +43,39 @@ func TestBucket(t *testing.T) {
 	}
 }
 
+// TestBucketOnItsClock checks StartEmpty and WithClock: the bucket holds
+// nothing at first, and refills only as its clock runs.
+func TestBucketOnItsClock(t *testing.T) {
+	now := time.Unix(1000, 0)
+	b := ratelimit.NewBucket(10, 5, ratelimit.StartEmpty(), ratelimit.WithClock(func() time.Time { return now }))
+	if d := b.Allow(t.Context()); d.Allowed || d.Remaining != 0 || d.RetryAfter != 100*time.Millisecond {
+		t.Fatalf("first call: %+v; want refused, r=0, retry after 100ms (one token at 10/s)", d)
+	}
+	// Real time passes, the bucket's clock does not: still nothing.
+	time.Sleep(150 * time.Millisecond)
+	if b.Allow(t.Context()).Allowed {
+		t.Fatal("allowed while its clock stood still")
+	}
+	now = now.Add(300 * time.Millisecond)
+	for i := range 3 {
+		if !b.Allow(t.Context()).Allowed {
+			t.Fatalf("call %d refused after 300ms of its clock at 10/s", i+1)
+		}
+	}
+	if b.Allow(t.Context()).Allowed {
+		t.Error("a fourth call allowed after 300ms at 10/s")
+	}
+	// A clock that runs long fills the bucket to its burst, no more.
+	now = now.Add(time.Hour)
+	n := 0
+	for b.Allow(t.Context()).Allowed {
+		n++
+	}
+	if n != 5 {
+		t.Errorf("allowed %d after an hour, want the burst, 5", n)
+	}
+}
+
 func TestPerKey(t *testing.T) {
 	type ctxKey struct{}
 	id := func(ctx context.Context) string { s, _ := ctx.Value(ctxKey{}).(string); return s }

@@ -44,37 +44,41 @@ func newRedisBackend(l config.Limits, r config.Redis, log *slog.Logger, tp trace
 			return nil, fmt.Errorf("redis tracing: %w", err)
 		}
 	}
-	return redislimit.New(client, redislimit.WithTimeout(r.Timeout), redislimit.WithLogger(log)), nil
+	return redislimit.New(client, redislimit.WithTimeout(r.Timeout), redislimit.WithFallbackShare(r.FallbackShare),
+		redislimit.WithLogger(log)), nil
 }
 
 // newRateLimits builds the rate limits of limits: in-process token buckets,
-// or, with backend not nil, GCRA in Redis with those buckets as the
-// fallback (docs/configuration.md#redis).
+// or, with backend not nil, GCRA in Redis with the backend's conservative
+// fallback (redis.fallback_share of each limit, in buckets that start
+// empty; docs/configuration.md#redis).
 func newRateLimits(l config.Limits, backend *redislimit.Backend, keyIDs []string) rateLimits {
 	// The global limit is two buckets: one for callers with a key, and one
 	// for anonymous callers of public methods, so that a flood of those
 	// cannot starve the callers with a key.
 	var keyed, anonymous ratelimit.Limiter
 	anonRate, anonBurst := l.AnonymousLimit()
-	if l.Rate > 0 {
-		keyed = ratelimit.NewBucket(l.Rate, l.Burst)
-	}
-	if anonRate > 0 {
-		anonymous = ratelimit.NewBucket(anonRate, anonBurst)
-	}
 	rl := rateLimits{backend: backend}
-	if l.PerKeyRate > 0 {
-		rl.perKey = ratelimit.NewPerKey(l.PerKeyRate, l.PerKeyBurst, keyIDs, apikey.IDFromContext)
-	}
-	if backend != nil {
-		if keyed != nil {
-			keyed = backend.Limiter("global", l.Rate, l.Burst, redislimit.Global(), keyed)
+	switch {
+	case backend == nil:
+		if l.Rate > 0 {
+			keyed = ratelimit.NewBucket(l.Rate, l.Burst)
 		}
-		if anonymous != nil {
-			anonymous = backend.Limiter("anonymous", anonRate, anonBurst, redislimit.Global(), anonymous)
+		if anonRate > 0 {
+			anonymous = ratelimit.NewBucket(anonRate, anonBurst)
 		}
-		if rl.perKey != nil {
-			rl.perKey = backend.Limiter("key", l.PerKeyRate, l.PerKeyBurst, redislimit.PerKey(keyIDs, apikey.IDFromContext), rl.perKey)
+		if l.PerKeyRate > 0 {
+			rl.perKey = ratelimit.NewPerKey(l.PerKeyRate, l.PerKeyBurst, keyIDs, apikey.IDFromContext)
+		}
+	default:
+		if l.Rate > 0 {
+			keyed = backend.Limiter("global", l.Rate, l.Burst, redislimit.Global())
+		}
+		if anonRate > 0 {
+			anonymous = backend.Limiter("anonymous", anonRate, anonBurst, redislimit.Global())
+		}
+		if l.PerKeyRate > 0 {
+			rl.perKey = backend.Limiter("key", l.PerKeyRate, l.PerKeyBurst, redislimit.PerKey(keyIDs, apikey.IDFromContext))
 		}
 	}
 	if keyed != nil || anonymous != nil {

@@ -5,8 +5,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Collector exposes the Backend's state as sheba_ratelimit_backend_up and
-// the client's pool statistics as sheba_redis_pool_*, read at each scrape.
+// Collector exposes the Backend's state as sheba_ratelimit_backend_up, the
+// client's pool statistics as sheba_redis_pool_*, read at each scrape, and
+// the fallback's decisions as sheba_ratelimit_fallback_decisions_total.
 // Written here because go-redis's Prometheus collector (redisprometheus)
 // is not published as a module version the build can fetch, and the names
 // follow sheba_db_pool_* (docs/observability.md#metrics).
@@ -44,6 +45,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range poolDescs {
 		ch <- d.desc
 	}
+	c.b.fallbackDecisions.Describe(ch)
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
@@ -56,4 +58,5 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for _, d := range poolDescs {
 		ch <- prometheus.MustNewConstMetric(d.desc, d.typ, d.value(stats))
 	}
+	c.b.fallbackDecisions.Collect(ch)
 }

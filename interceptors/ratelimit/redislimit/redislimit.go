@@ -5,35 +5,69 @@ import (
 	"errors"
 	"log/slog"
 	"math"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-redis/redis_rate/v10"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shebasvc/sheba/interceptors/ratelimit"
 )
 
+// Defaults of the options, and of config's redis section.
+const (
+	// DefaultTimeout bounds one decision in Redis: Envoy's rate-limit
+	// filter's default. 5 ms, the default before, was missed often enough
+	// on a busy 2-core machine to send replicas to their fallback.
+	DefaultTimeout = 20 * time.Millisecond
+	// DefaultFallbackShare is the share of each rate (and burst) that a
+	// replica's fallback admits while Redis is down or slow.
+	DefaultFallbackShare = 0.5
+	// DefaultGrace is how long decisions may keep running late before
+	// Redis counts as slow (see WithGrace).
+	DefaultGrace = 250 * time.Millisecond
+)
+
 type options struct {
 	timeout    time.Duration
+	grace      time.Duration
 	probeEvery time.Duration
+	share      float64
 	log        *slog.Logger
 }
 
 // Option configures a Backend.
 type Option func(*options)
 
-// WithTimeout bounds one decision in Redis (default 5 ms); a slower one is
-// answered by the fallback and marks Redis down.
+// WithTimeout bounds one decision in Redis (default DefaultTimeout); a
+// slower one is answered by the fallback.
 func WithTimeout(d time.Duration) Option {
 	return func(o *options) { o.timeout = d }
 }
 
-// WithProbeInterval sets how often a Redis marked down is probed (default
-// 1 s).
+// WithGrace sets how long decisions may keep running past the timeout,
+// with none answered in time between them, before Redis counts as slow
+// and is marked down (default DefaultGrace). A decision that fails
+// otherwise (Redis refuses the connection, resets it, answers an error)
+// marks it down at once. 0 marks it down at the first late decision.
+func WithGrace(d time.Duration) Option {
+	return func(o *options) { o.grace = d }
+}
+
+// WithProbeInterval sets how often a Redis marked down is probed once it
+// has been down for a while (default 1 s): the first probe comes a tenth
+// of it after Redis was marked down, and the wait doubles up to it.
 func WithProbeInterval(d time.Duration) Option {
 	return func(o *options) { o.probeEvery = d }
+}
+
+// WithFallbackShare sets the share of each limit's rate and burst that its
+// fallback admits, in (0, 1] (default DefaultFallbackShare).
+func WithFallbackShare(share float64) Option {
+	return func(o *options) { o.share = share }
 }
 
 // WithLogger logs the changes between Redis and the fallback to log
@@ -50,6 +84,15 @@ type Backend struct {
 	opts    options
 	up      atomic.Bool
 	probing atomic.Bool
+	// lateSince is when decisions started running late: the first late
+	// one since the last in time, as time since the clock's epoch plus 1,
+	// so that 0 means none is late.
+	lateSince atomic.Int64
+	// clock is the time of the fallback buckets.
+	clock fallbackClock
+	// allowed and denied count the fallback's decisions.
+	fallbackDecisions *prometheus.CounterVec
+	allowed, denied   prometheus.Counter
 	// stop ends a running probe; probes is waited on by Close.
 	ctx    context.Context
 	stop   context.CancelFunc
@@ -60,12 +103,27 @@ type Backend struct {
 // client should have ContextTimeoutEnabled set (NewClient does), so the
 // per-decision timeout reaches the socket.
 func New(client redis.UniversalClient, opts ...Option) *Backend {
-	o := options{timeout: 5 * time.Millisecond, probeEvery: time.Second, log: slog.New(slog.DiscardHandler)}
+	o := options{
+		timeout:    DefaultTimeout,
+		grace:      DefaultGrace,
+		probeEvery: time.Second,
+		share:      DefaultFallbackShare,
+		log:        slog.New(slog.DiscardHandler),
+	}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	b := &Backend{client: client, rl: redis_rate.NewLimiter(client), opts: o, ctx: ctx, stop: stop}
+	b := &Backend{
+		client: client, rl: redis_rate.NewLimiter(client), opts: o,
+		fallbackDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sheba_ratelimit_fallback_decisions_total",
+			Help: "Rate-limit decisions taken by this replica's fallback buckets (Redis down, or late), by result: allowed or denied.",
+		}, []string{"result"}),
+		ctx: ctx, stop: stop,
+	}
+	b.clock.init(time.Now())
+	b.allowed, b.denied = b.fallbackDecisions.WithLabelValues("allowed"), b.fallbackDecisions.WithLabelValues("denied")
 	b.up.Store(true)
 	return b
 }
@@ -104,18 +162,51 @@ func (b *Backend) markDown(err error) {
 	if !b.up.CompareAndSwap(true, false) {
 		return
 	}
-	b.opts.log.Warn("rate limits: redis is down or slow; each replica limits alone until it answers",
-		"error", err.Error(), "timeout", b.opts.timeout.String())
+	b.clock.run()
+	b.lateSince.Store(0)
+	b.opts.log.Warn("rate limits: redis is down or slow; this replica limits alone, at redis.fallback_share of each rate, until it answers",
+		"error", err.Error(), "timeout", b.opts.timeout.String(), "fallback_share", b.opts.share)
 	if b.probing.CompareAndSwap(false, true) {
 		b.probes.Go(b.probe)
 	}
 }
 
+// late notes a decision that ran past the timeout, and marks Redis down
+// when decisions have been late for the grace with none in time between.
+// A lone late decision does not: on a busy machine a replica's own
+// goroutines (or Redis's process) wait for a CPU now and then, which is
+// no outage, and marking Redis down for it sent replicas to their
+// fallback until the next probe, a second later.
+//
+// sony/gobreaker, the hook's breaker, is not used for this: its trip
+// rule sees counts, not errors, so it cannot switch at once on a refused
+// connection and only after a while on late answers; and a count of late
+// decisions in a row trips on a single stall, which makes every decision
+// in flight late at once.
+func (b *Backend) late(err error) {
+	now := int64(time.Since(b.clock.epoch)) + 1
+	since := b.lateSince.Load()
+	switch {
+	case !b.up.Load():
+		// A decision sent before Redis was marked down: its lateness is
+		// already told, and noting it would count against Redis once back.
+	case b.opts.grace <= 0:
+		b.markDown(err)
+	case since == 0:
+		b.lateSince.CompareAndSwap(0, now)
+	case time.Duration(now-since) >= b.opts.grace:
+		b.markDown(err)
+	}
+}
+
 // probe PINGs Redis until it answers within the timeout, then switches
-// decisions back to it.
+// decisions back to it. The first probes come soon: a Redis marked down
+// because the replica's machine stalled answers at once, and while the
+// replica waits for the next probe it admits only its fallback share.
 func (b *Backend) probe() {
 	defer b.probing.Store(false)
-	t := time.NewTicker(b.opts.probeEvery)
+	wait := b.opts.probeEvery / 10
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	for {
 		select {
@@ -123,10 +214,16 @@ func (b *Backend) probe() {
 			return
 		case <-t.C:
 		}
+		wait = min(2*wait, b.opts.probeEvery)
+		t.Reset(wait)
 		ctx, cancel := context.WithTimeout(b.ctx, b.opts.timeout)
 		err := b.client.Ping(ctx).Err()
 		cancel()
 		if err == nil {
+			// The fallback's clock stops before decisions go back to Redis,
+			// so the time Redis answers never fills its buckets.
+			b.clock.stop()
+			b.lateSince.Store(0)
 			b.up.Store(true)
 			b.opts.log.Info("rate limits: redis answers again; limits are shared again")
 			return
@@ -135,13 +232,15 @@ func (b *Backend) probe() {
 }
 
 // Do runs f, one decision in Redis, with the Backend's client and under
-// its per-decision timeout, and reports whether Redis answered. It returns
-// false at once, without running f, while Redis is marked down; and false
-// when f fails or is late, which marks Redis down (unless ctx itself ended:
-// a caller that went away says nothing about Redis). On false the caller
-// decides in process. Every limit kept in Redis decides through Do (the
-// Limiters here, the login throttle of server/loginthrottle), so they share
-// one client, one up or down state and its log lines.
+// its per-decision timeout, and reports whether Redis answered in time. It
+// returns false at once, without running f, while Redis is marked down;
+// and false when f fails or is late. A failure marks Redis down at once; a
+// late answer only when decisions have been late for the grace (see
+// WithGrace); neither when ctx itself ended (a caller that went away says
+// nothing about Redis). On false the caller decides in process. Every
+// limit kept in Redis decides through Do (the Limiters here, the login
+// throttle of server/loginthrottle), so they share one client, one up or
+// down state and its log lines.
 func (b *Backend) Do(ctx context.Context, f func(ctx context.Context, c redis.UniversalClient) error) bool {
 	if !b.up.Load() {
 		return false
@@ -149,39 +248,119 @@ func (b *Backend) Do(ctx context.Context, f func(ctx context.Context, c redis.Un
 	dctx, cancel := context.WithTimeout(ctx, b.opts.timeout)
 	err := f(dctx, b.client)
 	cancel()
-	if err != nil {
-		if ctx.Err() == nil || !errors.Is(err, ctx.Err()) {
-			b.markDown(err)
+	switch {
+	case err == nil:
+		// Read first: a store on every decision would make the replica's
+		// cores fight over one cache line.
+		if b.lateSince.Load() != 0 {
+			b.lateSince.Store(0)
 		}
-		return false
+		return true
+	case ctx.Err() != nil:
+		// The caller went away, or its own deadline passed: that says
+		// nothing of Redis.
+	case timedOut(err):
+		b.late(err)
+	default:
+		b.markDown(err)
 	}
-	return true
+	return false
+}
+
+// timedOut reports whether err says Redis was late rather than down: the
+// decision's deadline passed while it dialled, waited for a connection,
+// wrote or read.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, redis.ErrPoolTimeout) ||
+		(errors.As(err, &ne) && ne.Timeout())
+}
+
+// fallbackClock is the time of the fallback buckets. It runs only while
+// Redis is marked down, from the epoch on, so the buckets refill only
+// while they are the limit: a Redis that answers for an hour, or flaps,
+// never finds them refilled by the time it answered. The buckets stay
+// x/time/rate's, which decides at whatever time it is given; this is the
+// time they are given. It is safe for concurrent use; run and stop are
+// called by one goroutine at a time (the one that marked Redis down, then
+// its probe).
+type fallbackClock struct {
+	epoch time.Time
+	state atomic.Pointer[clockState]
+}
+
+// clockState is a fallbackClock's reading: it ran for ran until it was
+// stopped, or until since, when it was started again (zero while it
+// stands still).
+type clockState struct {
+	ran   time.Duration
+	since time.Time
+}
+
+// init sets the clock at epoch, standing still.
+func (c *fallbackClock) init(epoch time.Time) {
+	c.epoch = epoch
+	c.state.Store(&clockState{})
+}
+
+// now is the clock's time.
+func (c *fallbackClock) now() time.Time {
+	s := c.state.Load()
+	if s.since.IsZero() {
+		return c.epoch.Add(s.ran)
+	}
+	return c.epoch.Add(s.ran + time.Since(s.since))
+}
+
+func (c *fallbackClock) run() {
+	c.state.Store(&clockState{ran: c.state.Load().ran, since: time.Now()})
+}
+
+func (c *fallbackClock) stop() {
+	s := c.state.Load()
+	if s.since.IsZero() {
+		return
+	}
+	c.state.Store(&clockState{ran: s.ran + time.Since(s.since)})
 }
 
 // Limiter is one rate limit (global, or one per key) kept in Redis, with
 // its in-process fallback. It is safe for concurrent use.
 type Limiter struct {
-	b        *Backend
-	prefix   string
-	key      func(ctx context.Context) (string, bool)
-	limit    redis_rate.Limit
-	policy   ratelimit.Policy
-	fallback ratelimit.Limiter
+	b      *Backend
+	prefix string
+	key    func(ctx context.Context) (string, bool)
+	limit  redis_rate.Limit
+	policy ratelimit.Policy
+	// fallback holds a *ratelimit.Bucket per key, made on the key's first
+	// decision in it and kept for the process; there are only as many
+	// keys as key lets through (one, or one per configured API key).
+	fallback      sync.Map
+	fallbackRate  float64
+	fallbackBurst int
 }
 
 // Limiter returns a limit of perSecond a second with burst, kept in Redis
 // under name plus the call's key: key returns the part of the Redis key
 // that identifies the caller, or false when the call is not under this
-// limit. fallback answers while Redis is down or slow; it should be the
-// in-process limiter of the same rate and burst.
-func (b *Backend) Limiter(name string, perSecond float64, burst int, key func(ctx context.Context) (string, bool), fallback ratelimit.Limiter) *Limiter {
+// limit.
+//
+// While Redis is down or late, the call's key is limited by a bucket of
+// this replica's own, of the Backend's fallback share of perSecond and of
+// burst (at least 1). It starts empty, refills only while Redis is marked
+// down (see fallbackClock) and is kept for the process, so a Redis that
+// flaps never grants a fresh burst: over any stretch of time, the fallback
+// admits at most share × perSecond a second of the time Redis was down,
+// plus what its bucket held.
+func (b *Backend) Limiter(name string, perSecond float64, burst int, key func(ctx context.Context) (string, bool)) *Limiter {
 	return &Limiter{
-		b:        b,
-		prefix:   "sheba:" + name + ":",
-		key:      key,
-		limit:    gcraLimit(perSecond, burst),
-		policy:   ratelimit.PolicyOf(perSecond, burst),
-		fallback: fallback,
+		b:             b,
+		prefix:        "sheba:" + name + ":",
+		key:           key,
+		limit:         gcraLimit(perSecond, burst),
+		policy:        ratelimit.PolicyOf(perSecond, burst),
+		fallbackRate:  b.opts.share * perSecond,
+		fallbackBurst: max(1, int(b.opts.share*float64(burst))),
 	}
 }
 
@@ -226,7 +405,7 @@ func (l *Limiter) Allow(ctx context.Context) ratelimit.Decision {
 		res, err = l.b.rl.Allow(ctx, l.prefix+k, l.limit)
 		return err
 	}) {
-		return l.fallback.Allow(ctx)
+		return l.fallbackAllow(ctx, k)
 	}
 	d := ratelimit.Decision{
 		Allowed:   res.Allowed > 0,
@@ -236,6 +415,22 @@ func (l *Limiter) Allow(ctx context.Context) ratelimit.Decision {
 	}
 	if !d.Allowed {
 		d.RetryAfter = max(0, res.RetryAfter)
+	}
+	return d
+}
+
+// fallbackAllow decides in the fallback bucket of k, and counts it.
+func (l *Limiter) fallbackAllow(ctx context.Context, k string) ratelimit.Decision {
+	v, ok := l.fallback.Load(k)
+	if !ok {
+		v, _ = l.fallback.LoadOrStore(k, ratelimit.NewBucket(l.fallbackRate, l.fallbackBurst,
+			ratelimit.StartEmpty(), ratelimit.WithClock(l.b.clock.now)))
+	}
+	d := v.(*ratelimit.Bucket).Allow(ctx)
+	if d.Allowed {
+		l.b.allowed.Inc()
+	} else {
+		l.b.denied.Inc()
 	}
 	return d
 }

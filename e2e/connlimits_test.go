@@ -41,15 +41,15 @@ import (
 
 // tlsTestEnv is a testEnv serving TLS on both business listeners, with
 // operator.addr set (its plaintext /metrics); ca signed the certificate.
-func tlsTestEnv(t *testing.T, mutate ...func(*config.Config)) (*testEnv, *certtest.Authority) {
+func tlsTestEnv(t *testing.T, opts ...app.Option) (*testEnv, *certtest.Authority) {
 	t.Helper()
 	ca := certtest.NewAuthority(t, "test CA")
 	cert, key := ca.Issue(t, 10, false)
 	vol := certtest.NewVolume(t, map[string][]byte{"tls.crt": cert, "tls.key": key})
-	return newTestEnv(t, append([]func(*config.Config){func(c *config.Config) {
+	return newTestEnvWith(t, nil, opts, func(c *config.Config) {
 		c.TLS = config.TLS{CertFile: vol.Path("tls.crt"), KeyFile: vol.Path("tls.key")}
 		c.Operator.Addr = "127.0.0.1:0"
-	}}, mutate...)...), ca
+	}), ca
 }
 
 // openWatch opens a health Watch stream and reads its first answer: nil
@@ -285,7 +285,21 @@ func TestRapidResetGRPC(t *testing.T) {
 // is not cut.
 func TestRapidResetHTTP(t *testing.T) {
 	t.Parallel()
-	e, ca := tlsTestEnv(t)
+	// Ping takes a moment, as a call that reads the database does: net/http
+	// drops a reset it reads after the stream's handler has returned (that
+	// stream cost a whole request, as any does), and under -race on a busy
+	// machine an instant Ping was often done before its reset was read.
+	slowPing := app.WithUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if info.FullMethod == shebav1.PingService_Ping_FullMethodName {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		return handler(ctx, req)
+	})
+	e, ca := tlsTestEnv(t, slowPing)
 	tlsConfig := &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1", NextProtos: []string{"h2"}}
 	c, err := tls.Dial("tcp", e.httpAddr, tlsConfig)
 	if err != nil {

@@ -36,8 +36,10 @@ func (l *Listener) Accept() (net.Conn, error) {
 			return &conn{Conn: c, l: l}, nil
 		}
 		l.open.Add(-1)
-		_ = c.Close()
+		// Counted before the close, so that a client that sees its
+		// connection closed finds it counted.
 		l.onRefuse()
+		_ = c.Close()
 	}
 }
 

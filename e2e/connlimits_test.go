@@ -557,38 +557,47 @@ func TestWriteTimeout(t *testing.T) {
 
 // TestSlowBodyAnswered: a keyed request whose body takes longer to arrive
 // than http.write_timeout (1 s here), yet within http.read_timeout, is
-// answered: the write timeout counts again from the end of the body, not
-// only from the headers as net/http counts it (such a request got no
-// answer).
+// answered, on REST and on Connect: the write timeout counts again from
+// the end of the body, not only from the headers as net/http counts it
+// (such a request got no answer).
 func TestSlowBodyAnswered(t *testing.T) {
 	t.Parallel()
 	e := newTestEnvWith(t, nil, nil, func(c *config.Config) {
 		c.HTTP.WriteTimeout = time.Second
 		c.HTTP.ReadTimeout = 20 * time.Second
 	})
-	body := `{"username":"slowbody","password":"correct horse"}`
-	c, err := net.Dial("tcp", e.httpAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	head := fmt.Sprintf("POST /v1/accounts HTTP/1.1\r\nHost: sheba\r\nX-Api-Key: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", testKey, len(body))
-	if _, err := io.WriteString(c, head+body[:10]); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(2500 * time.Millisecond) // the rest of the body comes late
-	if _, err := io.WriteString(c, body[10:]); err != nil {
-		t.Fatal(err)
-	}
-	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		t.Fatalf("no answer to a body sent within http.read_timeout: %v", err)
-	}
-	defer resp.Body.Close()
-	got, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK || !strings.Contains(string(got), `"username":"slowbody"`) {
-		t.Errorf("got %s %s (%v), want 200 and the account", resp.Status, got, err)
+	for _, test := range []struct{ name, path, extra, username string }{
+		{"REST", "/v1/accounts", "", "slowrest"},
+		{"Connect", shebav1.AccountService_CreateAccount_FullMethodName, "Connect-Protocol-Version: 1\r\n", "slowconnect"},
+	} {
+		t.Run(test.name, func(t *testing.T) {
+			t.Parallel()
+			body := fmt.Sprintf(`{"username":%q,"password":"correct horse"}`, test.username)
+			c, err := net.Dial("tcp", e.httpAddr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			head := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: sheba\r\nX-Api-Key: %s\r\nContent-Type: application/json\r\n%sContent-Length: %d\r\n\r\n",
+				test.path, testKey, test.extra, len(body))
+			if _, err := io.WriteString(c, head+body[:10]); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(2500 * time.Millisecond) // the rest of the body comes late
+			if _, err := io.WriteString(c, body[10:]); err != nil {
+				t.Fatal(err)
+			}
+			_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatalf("no answer to a body sent within http.read_timeout: %v", err)
+			}
+			defer resp.Body.Close()
+			got, err := io.ReadAll(resp.Body)
+			if err != nil || resp.StatusCode != http.StatusOK || !strings.Contains(string(got), `"username":"`+test.username+`"`) {
+				t.Errorf("got %s %s (%v), want 200 and the account", resp.Status, got, err)
+			}
+		})
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -88,6 +89,16 @@ func hookBreakerShortDeadlines(t *testing.T, mode string) {
 	decided := func(st *status.Status) bool {
 		return st.Code() == codes.PermissionDenied && reason.Of(st) == reason.HookDenied
 	}
+	// The same on REST and Connect: one breaker serves every transport.
+	otherElsewhere := func(what string) {
+		t.Helper()
+		r := e.do(t, http.MethodGet, "/v1/ping", "", "X-Api-Key", otherKeys[0].key)
+		wantRESTDetails(t, what+", REST", r, http.StatusForbidden, reason.HookDenied)
+		a := browserCall[shebav1.PingRequest, shebav1.PingResponse](t, e, "connect-json", shebav1.PingService_Ping_FullMethodName, &shebav1.PingRequest{}, otherKeys[0].key)
+		if !decided(a.st) {
+			t.Errorf("%s, Connect: got %v %q (%s), want the hook's break", what, a.st.Code(), a.st.Message(), reason.Of(a.st))
+		}
+	}
 
 	// The short calls, 8 at once until the test ends (at most 2 minutes,
 	// and 100 000 calls each).
@@ -115,6 +126,7 @@ func hookBreakerShortDeadlines(t *testing.T, mode string) {
 			t.Fatalf("%s, breaker closed, the other caller's call %d: got %v %q (%s), want the hook's break", mode, i, st.Code(), st.Message(), reason.Of(st))
 		}
 	}
+	otherElsewhere(mode + ", breaker closed, the other caller")
 	if n := series(e.scrape(t), "sheba_hook_requests_total", "result")["result=skipped"]; n != 0 {
 		t.Errorf("%s: %v calls skipped while the short calls ran against a working hook, want none: the breaker opened", mode, n)
 	}
@@ -160,6 +172,7 @@ func hookBreakerShortDeadlines(t *testing.T, mode string) {
 			t.Errorf("%s, breaker closed again, the other caller's call %d: got %v %q, want the hook's break", mode, i, st.Code(), st.Message())
 		}
 	}
+	otherElsewhere(mode + ", breaker closed again, the other caller")
 }
 
 // TestHookBreakerOpensOnHookFailures checks that the hook's own failures

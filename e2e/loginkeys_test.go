@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/shebasvc/sheba/config"
+	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/interceptors/ratelimit/redislimit/redistest"
 	"github.com/shebasvc/sheba/interceptors/reason"
 )
@@ -66,6 +67,17 @@ func TestLoginThrottlePerKey(t *testing.T) {
 	// The first key stays throttled, alike for both usernames, and the
 	// other key's success did not let it in.
 	sameThrottled(t, loginBoth(t, e, "olivia", "password1"), loginBoth(t, e, "nobody", "password1"), defaults.Window)
+
+	// The browser protocols alike: the other key logs in, the first is
+	// throttled.
+	login := &shebav1.LoginRequest{Username: "olivia", Password: "password1"}
+	for _, p := range browserProtocols {
+		if a := browserCall[shebav1.LoginRequest, shebav1.LoginResponse](t, e, p, shebav1.AccountService_Login_FullMethodName, login, otherKeys[0].key); a.st != nil {
+			t.Errorf("%s, another key's login: got %v %q (%s), want OK", p, a.st.Code(), a.st.Message(), reason.Of(a.st))
+		}
+		a := browserCall[shebav1.LoginRequest, shebav1.LoginResponse](t, e, p, shebav1.AccountService_Login_FullMethodName, login, testKey)
+		wantBrowserError(t, a, codes.ResourceExhausted, reason.LoginThrottled, "")
+	}
 }
 
 // TestLoginThrottleCeiling spreads max_all failures over three keys, none

@@ -216,6 +216,39 @@ func TestKeylessStreamsBounded(t *testing.T) {
 	}
 }
 
+// TestOperatorStreamsBounded: the operator port's health Watch streams
+// (plaintext HTTP/2, no key) are bounded by grpc.max_open_streams too, with
+// a count of their own: with a bound of 3, a fourth Watch there is refused
+// RESOURCE_EXHAUSTED TOO_MANY_STREAMS, while grpc.addr still opens 3.
+func TestOperatorStreamsBounded(t *testing.T) {
+	t.Parallel()
+	const maxOpen = 3
+	e := newTestEnv(t, func(c *config.Config) {
+		c.GRPC.MaxOpenStreams = maxOpen
+		c.Operator.Addr = "127.0.0.1:0"
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	for _, port := range []struct{ name, addr string }{{"operator", e.operatorAddr}, {"grpc", e.grpcAddr}} {
+		cc, err := grpc.NewClient(port.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		health := healthpb.NewHealthClient(cc)
+		for i := range maxOpen {
+			if err := openWatch(ctx, health); err != nil {
+				t.Fatalf("%s: Watch %d of %d: %v", port.name, i+1, maxOpen, err)
+			}
+		}
+		if port.name == "operator" {
+			if msg := tooManyStreams(openWatch(ctx, health)); msg != "" {
+				t.Errorf("%s: Watch %d: %s", port.name, maxOpen+1, msg)
+			}
+		}
+	}
+}
+
 // TestReflectionOffByDefault: the reflection service is UNIMPLEMENTED
 // unless grpc.reflection is true.
 func TestReflectionOffByDefault(t *testing.T) {

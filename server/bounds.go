@@ -10,14 +10,14 @@ import (
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 )
 
-// MaxItems returns the most items that the repeated field fd of a request
+// maxItems returns the most items that the repeated field fd of a request
 // message may hold, or 0 when nothing but the message's size bounds it: as
 // many as a valid request can hold. It is the one place that says it, keyed
 // by the field, until the protos say it themselves (buf.validate's
-// repeated.max_items); RepeatedBounds reads it. CreateWebhookEndpointRequest's
+// repeated.max_items); repeatedBounds reads it. CreateWebhookEndpointRequest's
 // event_types lists each event type at most once, so it holds at most as
 // many as there are.
-func MaxItems(fd protoreflect.FieldDescriptor) int {
+func maxItems(fd protoreflect.FieldDescriptor) int {
 	if fd.FullName() == eventTypesField {
 		return len(EventTypes())
 	}
@@ -27,20 +27,21 @@ func MaxItems(fd protoreflect.FieldDescriptor) int {
 // eventTypesField is CreateWebhookEndpointRequest.event_types.
 var eventTypesField = (&shebav1.CreateWebhookEndpointRequest{}).ProtoReflect().Descriptor().Fields().ByName("event_types").FullName()
 
-// repeatedBounds are the bounds of MaxItems on the request message of every
+// repeatedBounds are the bounds of maxItems on the request message of every
 // method, made once.
 var repeatedBounds = func() *protobound.Bounds {
 	msgs := make([]protoreflect.MessageDescriptor, 0, len(direct))
 	for _, d := range direct {
 		msgs = append(msgs, d.newRequest().ProtoReflect().Descriptor())
 	}
-	return protobound.New(MaxItems, msgs...)
+	return protobound.New(maxItems, msgs...)
 }()
 
-// RepeatedBounds returns the bounds of MaxItems on the request messages of
-// the services, for a reader of requests outside the chain (the browser
-// protocols' body reader): a message over them is neither unmarshalled nor
-// handled, but refused (CheckRequest). Safe for concurrent use.
+// RepeatedBounds returns the bounds of the repeated fields of the request
+// messages of the services, for a reader of requests outside the chain
+// (the browser protocols' body reader): a message over them is neither
+// unmarshalled nor handled, but refused (CheckRequest). Safe for
+// concurrent use.
 func RepeatedBounds() *protobound.Bounds { return repeatedBounds }
 
 // errTooMany is the answer to a request whose repeated field holds more
@@ -55,9 +56,9 @@ func errTooMany(v protobound.Violation) error {
 
 // CheckRequest returns the answer to a request that the chain refuses
 // before anything else handles it, or nil: one that Codec refused unread
-// (a message over grpc.max_recv_bytes, a repeated field over MaxItems), or
+// (a message over grpc.max_recv_bytes, a repeated field over its bound), or
 // one decoded already (REST, whose body the gateway decodes) whose repeated
-// field holds more items than MaxItems. The chain calls it right after
+// field holds more items than its bound. The chain calls it right after
 // authentication (internal/app). It allocates nothing for a request within
 // its bounds.
 func CheckRequest(req any) error {

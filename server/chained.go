@@ -21,9 +21,9 @@ import (
 //
 // A grpc.Server it registers on takes Codec (grpc.ForceServerCodecV2), so
 // that a request refused before it is unmarshalled (a message over
-// grpc.max_recv_bytes, a repeated field over MaxItems) reaches the chain,
+// grpc.max_recv_bytes, a repeated field over its bound) reaches the chain,
 // which answers it: each method hands the chain the refusal in place of the
-// message, and the chain's CheckRequest link answers it.
+// message, and the chain's bounds link answers it (CheckRequest).
 func (s *Services) RegisterChained(r grpc.ServiceRegistrar, chain grpc.UnaryServerInterceptor) {
 	for _, svc := range s.services() {
 		desc := *svc.desc

@@ -21,7 +21,7 @@ import (
 //   - a message over maxBytes bytes (grpc.max_recv_bytes; 0: no bound but
 //     the server's MaxRecvMsgSize) is refused RESOURCE_EXHAUSTED
 //     BODY_TOO_LARGE;
-//   - one whose repeated field holds more items than MaxItems is refused
+//   - one whose repeated field holds more items than its bound is refused
 //     INVALID_ARGUMENT with the field's violation, found by a scan of its
 //     bytes that stops at the first item over (codec/protobound).
 //

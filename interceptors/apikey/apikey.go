@@ -113,34 +113,25 @@ func IDFromContext(ctx context.Context) string {
 // caller that AuthenticateMetadata found already, and left in ctx, is taken
 // as it is: the key is neither read nor hashed again.
 func (a *Authenticator) Authenticate(ctx context.Context) (context.Context, error) {
-	if k, ok := ctx.Value(idKey{}).(*Key); ok {
-		if ci := callinfo.FromContext(ctx); ci != nil {
-			ci.CallerID = k.ID
+	k, tapped := ctx.Value(idKey{}).(*Key)
+	if !tapped {
+		method, _ := grpc.Method(ctx)
+		key, err := keyFromMetadata(ctx)
+		if k, err = a.identify(ctx, key, err, a.public[method]); err != nil {
+			return nil, err
 		}
-		return ctx, nil
-	}
-	method, _ := grpc.Method(ctx)
-	public := a.public[method]
-	key, err := keyFromMetadata(ctx)
-	if err != nil {
-		if public {
+		if k == nil {
+			// A public method's caller without a valid key.
 			return ctx, nil
 		}
-		a.onReject(ctx)
-		return nil, err
-	}
-	k := a.lookup(key)
-	if k == nil {
-		if public {
-			return ctx, nil
-		}
-		a.onReject(ctx)
-		return nil, errUnknown
 	}
 	if ci := callinfo.FromContext(ctx); ci != nil {
 		// A call of the chain: its Info carries the caller, without a
 		// context of its own.
 		ci.CallerID = k.ID
+		return ctx, nil
+	}
+	if tapped {
 		return ctx, nil
 	}
 	// A pointer into keys: storing it in the context allocates nothing
@@ -165,16 +156,29 @@ func (a *Authenticator) AuthenticateMetadata(ctx context.Context, method string,
 	// grpc-go's transport keys the metadata in lower case, as the
 	// constants are.
 	key, err := keyFrom(first(md[MetadataKey]), first(md[AuthorizationKey]))
+	k, err := a.identify(ctx, key, err, false)
 	if err != nil {
-		a.onReject(ctx)
 		return nil, err
 	}
-	k := a.lookup(key)
-	if k == nil {
-		a.onReject(ctx)
-		return nil, errUnknown
-	}
 	return context.WithValue(ctx, idKey{}, k), nil
+}
+
+// identify returns the configured key of key, which was read with err, for
+// a call of a public method or not. A call of a public method without a
+// valid key gets neither key nor error; any other such call is counted as
+// rejected (WithOnReject) and gets the error.
+func (a *Authenticator) identify(ctx context.Context, key string, err error, public bool) (*Key, error) {
+	if err == nil {
+		if k := a.lookup(key); k != nil {
+			return k, nil
+		}
+		err = errUnknown
+	}
+	if public {
+		return nil, nil
+	}
+	a.onReject(ctx)
+	return nil, err
 }
 
 // lookup returns the configured key that matches key, or nil. Every configured hash is compared, in

@@ -164,7 +164,8 @@ func TestAuthenticateMetadata(t *testing.T) {
 // caller is still the tap's.
 func TestAuthenticatedOnce(t *testing.T) {
 	const private = "/sheba.v1.AccountService/GetAccount"
-	a := apikey.New([]apikey.Key{mustKey(t, "billing", "key-one"), mustKey(t, "reports", "key-two")}, nil)
+	var rejected int
+	a := twoKeys(t, "", &rejected) // no public method: Ping below needs a key
 	tapped, err := a.AuthenticateMetadata(t.Context(), private, metadata.Pairs("x-api-key", "key-one"))
 	if err != nil {
 		t.Fatal(err)

@@ -10,11 +10,12 @@
 // the gradient package, which learns from the latency of the calls this
 // interceptor admits (cancelled calls excepted).
 //
-// Its stream side bounds the streams open at once (health Watch and
-// reflection, which need no key and never end by themselves), over every
-// connection, with a Fixed Limiter of their own. It is the first stream
-// interceptor of the server, before the drain's (a refused stream then
-// costs no goroutine), applied to those services with a selector.
+// Its stream side bounds the streams open at once over every connection,
+// with a Fixed Limiter of their own. It is the first stream interceptor of
+// the server, before the drain's (a refused stream then costs no
+// goroutine), and every stream of the server counts: today those are
+// health Watch and reflection, which need no key and never end by
+// themselves; a stream of the API would need a rule of its own.
 //
 // Codes: ResourceExhausted, reason OVERLOADED (calls) or TOO_MANY_STREAMS
 // (streams).

@@ -1,7 +1,6 @@
 package concurrency
 
 import (
-	"context"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -27,15 +26,12 @@ var errTooManyStreams = reason.Error(codes.ResourceExhausted, reason.TooManyStre
 // ResourceExhausted, reason TOO_MANY_STREAMS, RetryInfo and retry-after
 // metadata of 1 s otherwise, before its handler runs. l counts open
 // streams, not calls: give it a Limiter of its own (a Fixed one; a stream's
-// lifetime says nothing of load, so it is released unmeasured).
-func StreamServerInterceptor(l Limiter, opts ...Option) grpc.StreamServerInterceptor {
-	o := options{onReject: func(context.Context) {}}
-	for _, opt := range opts {
-		opt(&o)
-	}
+// lifetime says nothing of load, so it is released unmeasured). A refused
+// stream is not counted in sheba_rejected_total, whose reasons are those of
+// calls.
+func StreamServerInterceptor(l Limiter) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		if !l.TryAcquire() {
-			o.onReject(ss.Context())
 			retryafter.Set(ss.Context(), streamRetry)
 			return errTooManyStreams
 		}

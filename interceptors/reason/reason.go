@@ -37,8 +37,8 @@ const (
 	DatabaseUnavailable = "DATABASE_UNAVAILABLE" // UNAVAILABLE: the database is down or unreachable
 	DeadlineExceeded    = "DEADLINE_EXCEEDED"    // DEADLINE_EXCEEDED: the call's deadline passed
 
-	// Streams (interceptors/streamlimit; the event streams of
-	// docs/api.md too).
+	// Streams (concurrency.StreamServerInterceptor: health Watch and
+	// reflection streams).
 	TooManyStreams = "TOO_MANY_STREAMS" // RESOURCE_EXHAUSTED: the streams that limit allows are open already; with RetryInfo
 
 	// Idempotency keys (interceptors/idempotency).

@@ -7,11 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -226,24 +223,21 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
-	// A connection may reset four times the streams it may have open more
-	// than it completes calls: a client that cancels every call it has
-	// open, four times over, and completes none
-	// (docs/operations.md#connections-and-streams).
 	maxConns, tls := cfg.Limits.MaxConnections, a.certs != nil
-	a.guards.grpc = newListenerGuard(listenerGRPC, maxConns, 4*cfg.GRPC.MaxConcurrentStreams, tls, conns, log)
-	a.guards.http = newListenerGuard(listenerHTTP, maxConns, 4*httpMaxStreams, tls, conns, log)
+	a.guards.grpc = newListenerGuard(listenerGRPC, maxConns, cfg.GRPC.MaxConcurrentStreams, tls, conns, log)
+	a.guards.http = newListenerGuard(listenerHTTP, maxConns, httpMaxStreams, tls, conns, log)
 	a.streams = drain.New()
 	// The key checked before the message is read (tap.go).
 	a.grpc = newGRPCServer(cfg, tp, cfg.GRPC.MaxRecvBytes,
 		grpc.InTapHandle(authTap(authn, server.Methods(), m, log)),
 		grpc.Creds(newGRPCCreds(a.certs, a.guards.grpc)),
-		// The streams that need no key, under one bound over every
-		// connection, before the drain's goroutine; then the drain, which
-		// ends every stream at shutdown.
+		// Every stream of the server counts against one bound over every
+		// connection (today health Watch and reflection: sheba.v1 has no
+		// stream; a later API stream would need a rule of its own), before
+		// the drain's goroutine; then the drain, which ends every stream
+		// at shutdown.
 		grpc.ChainStreamInterceptor(
-			selector.StreamServerInterceptor(
-				concurrency.StreamServerInterceptor(concurrency.NewLimiter(cfg.GRPC.MaxOpenStreams)), keylessStreams()),
+			concurrency.StreamServerInterceptor(concurrency.NewLimiter(cfg.GRPC.MaxOpenStreams)),
 			a.streams.StreamServerInterceptor()))
 	services.RegisterChained(a.grpc, chain)
 	healthpb.RegisterHealthServer(a.grpc, a.health.Service())
@@ -298,7 +292,7 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 		}),
 		Elsewhere: cfg.Operator.Addr != "",
 	}
-	a.http = newHTTPServer(cfg, gateway.Handler(rest, op), httpMaxStreams, a.guards.http, log)
+	a.http = newHTTPServer(cfg, gateway.Handler(rest, op), a.guards.http, log)
 	if a.certs != nil {
 		a.http.TLSConfig = a.certs.ServerConfig("h2", "http/1.1")
 	}
@@ -314,8 +308,8 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 		// Plaintext HTTP/2 (h2c) for the kubelet's grpc probe, HTTP/1.1
 		// for its httpGet ones; few streams a connection, and a scrape
 		// that stops reading is cut.
-		a.guards.operator = newListenerGuard(listenerOperator, maxConns, 4*operatorMaxStreams, false, conns, log)
-		a.operator = newHTTPServer(cfg, gateway.OperatorHandler(op, a.operatorGRPC), operatorMaxStreams, a.guards.operator, log)
+		a.guards.operator = newListenerGuard(listenerOperator, maxConns, operatorMaxStreams, false, conns, log)
+		a.operator = newHTTPServer(cfg, gateway.OperatorHandler(op, a.operatorGRPC), a.guards.operator, log)
 		a.operator.Protocols = new(http.Protocols)
 		a.operator.Protocols.SetHTTP1(true)
 		a.operator.Protocols.SetUnencryptedHTTP2(true)
@@ -413,20 +407,11 @@ func grpcReadBound(cfg config.Config) int {
 // not nil (a plaintext connection fails its handshake), else none; either
 // way each connection watched by guard.
 func newGRPCCreds(certs *certreload.Reloader, guard *listenerGuard) credentials.TransportCredentials {
-	if certs == nil {
-		return grpcCreds{TransportCredentials: insecure.NewCredentials(), guard: guard}
+	creds := insecure.NewCredentials()
+	if certs != nil {
+		creds = credentials.NewTLS(certs.ServerConfig("h2"))
 	}
-	return grpcCreds{TransportCredentials: credentials.NewTLS(certs.ServerConfig("h2")), guard: guard}
-}
-
-// keylessStreams matches the streams that need no API key and never end by
-// themselves: grpc.health.v1's Watch and server reflection. They count
-// against grpc.max_open_streams; streams of the API have bounds of their
-// own.
-func keylessStreams() selector.Matcher {
-	return selector.MatchFunc(func(_ context.Context, c interceptors.CallMeta) bool {
-		return c.Service == healthpb.Health_ServiceDesc.ServiceName || strings.HasPrefix(c.Service, "grpc.reflection.")
-	})
+	return grpcCreds{TransportCredentials: creds, guard: guard}
 }
 
 // httpMaxStreams is the HTTP/2 streams a connection to http.addr may have
@@ -503,11 +488,11 @@ func grpcLimits(c config.GRPC, callTimeout time.Duration) []grpc.ServerOption {
 // newHTTPServer returns an HTTP server of h with the deadlines of the http
 // section: a client that sends its headers or its whole request too
 // slowly, or reads its answer too slowly, is cut
-// (docs/operations.md#slow-clients). Its HTTP/2 connections may have
-// maxStreams streams open, and are watched by guard, which sends GOAWAY to
+// (docs/operations.md#slow-clients). Its HTTP/2 connections may have the
+// guard's streams open, and are watched by guard, which sends GOAWAY to
 // one that resets streams faster than it completes calls; guard also
 // counts the failed TLS handshakes net/http logs.
-func newHTTPServer(cfg config.Config, h http.Handler, maxStreams int, guard *listenerGuard, log *slog.Logger) *http.Server {
+func newHTTPServer(cfg config.Config, h http.Handler, guard *listenerGuard, log *slog.Logger) *http.Server {
 	c := cfg.HTTP
 	return &http.Server{
 		Handler:           guard.resets.Handler(h),
@@ -517,7 +502,7 @@ func newHTTPServer(cfg config.Config, h http.Handler, maxStreams int, guard *lis
 		WriteTimeout:      cfg.HTTPWriteTimeout(),
 		IdleTimeout:       c.IdleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
-		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: maxStreams},
+		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: guard.maxStreams},
 		ErrorLog:          guard.errorLog(log),
 	}
 }

@@ -66,10 +66,12 @@ const closedStreamResets = "stream_resets"
 // refusals and resets per listener, failed handshakes over both
 // listeners.
 type listenerGuard struct {
-	name   string
-	log    *slog.Logger
-	max    int
-	resets *resetguard.Guard
+	name string
+	log  *slog.Logger
+	max  int
+	// maxStreams is the HTTP/2 streams a connection may have open.
+	maxStreams int
+	resets     *resetguard.Guard
 
 	refused, closed, handshakeErrors prometheus.Counter
 	logRefused, logClosed            rate.Sometimes
@@ -77,12 +79,11 @@ type listenerGuard struct {
 }
 
 // newListenerGuard returns the guard of listener name, which holds at most
-// maxConns connections, each of which may reset resetBudget streams more
-// than it completes calls; tls says it serves TLS, whose failed
-// handshakes it counts.
-func newListenerGuard(name string, maxConns, resetBudget int, tls bool, m connMetrics, log *slog.Logger) *listenerGuard {
+// maxConns connections, each of which may have maxStreams HTTP/2 streams
+// open; tls says it serves TLS, whose failed handshakes it counts.
+func newListenerGuard(name string, maxConns, maxStreams int, tls bool, m connMetrics, log *slog.Logger) *listenerGuard {
 	g := &listenerGuard{
-		name: name, log: log.With("listener", name), max: maxConns,
+		name: name, log: log.With("listener", name), max: maxConns, maxStreams: maxStreams,
 		refused:      m.refused.WithLabelValues(name),
 		closed:       m.closed.WithLabelValues(closedStreamResets, name),
 		logRefused:   rate.Sometimes{Interval: time.Second},
@@ -92,7 +93,11 @@ func newListenerGuard(name string, maxConns, resetBudget int, tls bool, m connMe
 	if tls {
 		g.handshakeErrors = m.handshakeErrors.WithLabelValues(name)
 	}
-	g.resets = resetguard.New(resetBudget, g.closedForResets)
+	// A connection may reset four times the streams it may have open more
+	// than it completes calls: a client that cancels every call it has
+	// open, four times over, and completes none
+	// (docs/operations.md#connections-and-streams).
+	g.resets = resetguard.New(4*maxStreams, g.closedForResets)
 	return g
 }
 

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 
@@ -76,13 +75,10 @@ func authTap(authn *apikey.Authenticator, methods []string, m *metrics.Metrics, 
 // a call refused in the chain says of it (docs/observability.md).
 func logRefused(ctx context.Context, log *slog.Logger, method string, err error) {
 	st := status.Convert(err)
-	var addr string
-	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		addr = p.Addr.String()
-	}
+	transport, addr := transportOf(ctx)
 	log.LogAttrs(context.WithoutCancel(ctx), slog.LevelInfo, "request refused before its message (logged at most once a second)",
 		slog.String("method", method),
-		slog.String("transport", "grpc"),
+		slog.String("transport", transport),
 		slog.String("code", st.Code().String()),
 		slog.String("reason", reason.Of(st)),
 		slog.String("peer", addr),

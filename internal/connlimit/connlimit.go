@@ -15,12 +15,10 @@ type Listener struct {
 	onRefuse func()
 }
 
-// NewListener returns l bounded to max connections at once; onRefuse (nil:
-// none) is called for each connection closed because max were open.
+// NewListener returns l bounded to max connections at once; onRefuse,
+// which must not be nil, is called for each connection closed because max
+// were open.
 func NewListener(l net.Listener, max int, onRefuse func()) *Listener {
-	if onRefuse == nil {
-		onRefuse = func() {}
-	}
 	return &Listener{Listener: l, max: int64(max), onRefuse: onRefuse}
 }
 

@@ -37,7 +37,7 @@
 // closed), one that returns without was completed; once the budget has
 // run out, every later request of the connection answers with
 // "Connection: close", so the connection is sent GOAWAY, and it is closed
-// a moment later (GoAwayGrace). A reset that net/http reads after the
+// a quarter second later. A reset that net/http reads after the
 // stream's handler has returned is not seen (net/http drops it): that
 // stream cost the server a whole request, as any request does, and was not
 // the cheap cancelled work that rapid reset is about. net/http's own guard

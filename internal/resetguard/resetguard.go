@@ -20,12 +20,9 @@ type Guard struct {
 }
 
 // New returns a Guard whose connections may reset budget streams more than
-// they complete calls; onClose (nil: none) is told of each connection the
-// Guard ends, once.
+// they complete calls; onClose, which must not be nil, is told of each
+// connection the Guard ends, once.
 func New(budget int, onClose func(remote net.Addr)) *Guard {
-	if onClose == nil {
-		onClose = func(net.Addr) {}
-	}
 	return &Guard{budget: int64(budget), onClose: onClose}
 }
 
@@ -59,13 +56,13 @@ func (a *account) complete(n int) {
 	}
 }
 
-// ErrTooManyResets is what a read of a Conn ended by the guard returns.
-var ErrTooManyResets = errors.New("connection closed: the client reset streams faster than it completed calls")
+// errTooManyResets is what a read of a Conn ended by the guard returns.
+var errTooManyResets = errors.New("connection closed: the client reset streams faster than it completed calls")
 
 // Conn returns c, an HTTP/2 connection that a server reads and writes (the
 // client's preface first), watched frame by frame: once its client has
 // reset more streams than its budget allows, c is closed and its reads
-// fail with ErrTooManyResets. The server must make its reads from one
+// fail with an error that says so. The server must make its reads from one
 // goroutine at a time, and its writes too, as grpc-go does.
 func (g *Guard) Conn(c net.Conn) net.Conn {
 	return &conn{Conn: c, g: g, a: g.newAccount(), in: frames{preface: len(http2.ClientPreface)}}
@@ -95,7 +92,7 @@ func (c *conn) Read(p []byte) (int, error) {
 		c.cut = false
 		c.g.onClose(c.Conn.RemoteAddr())
 		_ = c.Conn.Close()
-		return 0, ErrTooManyResets
+		return 0, errTooManyResets
 	}
 	return n, err
 }
@@ -208,18 +205,18 @@ type httpConn struct {
 	conn net.Conn
 }
 
-// GoAwayGrace is how long a connection sent GOAWAY for its resets stays
+// goAwayGrace is how long a connection sent GOAWAY for its resets stays
 // open: long enough for the GOAWAY to reach a client that reads, short for
 // one that goes on opening streams, which net/http would go on reading
 // (and decrypting, and decoding their headers) for a second after its
 // streams are done.
-const GoAwayGrace = 250 * time.Millisecond
+const goAwayGrace = 250 * time.Millisecond
 
 // Handler counts the HTTP/2 requests h serves, on a server whose
 // ConnContext is the Guard's: a request whose context was cancelled when h
 // returned was reset, any other was completed. Once a connection has spent
 // its budget, its answers carry "Connection: close", which makes net/http
-// send GOAWAY, and the connection is closed GoAwayGrace later. Put it
+// send GOAWAY, and the connection is closed a quarter second later. Put it
 // outermost, around the server's whole handler.
 func (g *Guard) Handler(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -238,7 +235,7 @@ func (g *Guard) Handler(h http.Handler) http.Handler {
 		}
 		if hc.a.reset(1) {
 			g.onClose(hc.conn.RemoteAddr())
-			time.AfterFunc(GoAwayGrace, func() { _ = hc.conn.Close() })
+			time.AfterFunc(goAwayGrace, func() { _ = hc.conn.Close() })
 			// This stream's answer, unless h has sent its headers already;
 			// else the next request's.
 			w.Header().Set("Connection", "close")

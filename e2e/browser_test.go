@@ -144,34 +144,44 @@ func grpcWebTextCall(t *testing.T, url string, h http.Header, req, resp proto.Me
 	if r.StatusCode != http.StatusOK || !strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc-web-text") {
 		t.Fatalf("POST %s: HTTP %d, Content-Type %q: %s", url, r.StatusCode, r.Header.Get("Content-Type"), raw)
 	}
-	data := decodeBase64Chunks(t, raw)
-	// The status is in the headers of an answer with no message
-	// (trailers-only), else in the trailer frame after the message.
-	trailers := http.Header{}
-	for k, v := range r.Header {
-		trailers[k] = v
-	}
-	for len(data) >= 5 {
-		flag, n := data[0], binary.BigEndian.Uint32(data[1:5])
-		payload := data[5 : 5+n]
-		data = data[5+n:]
-		if flag&0x80 != 0 {
-			// A header block, which ends with an empty line.
-			tp := textproto.NewReader(bufio.NewReader(io.MultiReader(bytes.NewReader(payload), strings.NewReader("\r\n"))))
-			mh, err := tp.ReadMIMEHeader()
-			if err != nil && !errors.Is(err, io.EOF) {
-				t.Fatalf("trailer frame %q: %v", payload, err)
-			}
-			for k, v := range mh {
-				trailers[k] = v
-			}
-			continue
-		}
-		if err := proto.Unmarshal(payload, resp); err != nil {
+	trailers, messages := grpcWebFrames(t, r.Header, decodeBase64Chunks(t, raw))
+	for _, m := range messages {
+		if err := proto.Unmarshal(m, resp); err != nil {
 			t.Fatalf("message: %v", err)
 		}
 	}
 	return resttest.GRPCWebStatus(t, trailers), trailers
+}
+
+// grpcWebFrames splits the body of a binary gRPC-Web answer into its
+// messages and its trailers: the status is in the headers h of an answer
+// with no message (trailers-only), else in the trailer frame after the
+// message, so the trailers are h with those of the trailer frame, if any.
+func grpcWebFrames(t *testing.T, h http.Header, body []byte) (trailers http.Header, messages [][]byte) {
+	t.Helper()
+	trailers = h.Clone()
+	for len(body) >= 5 {
+		flag, n := body[0], binary.BigEndian.Uint32(body[1:5])
+		if int64(n) > int64(len(body)-5) {
+			t.Fatalf("gRPC-Web frame of %d bytes in %d", n, len(body)-5)
+		}
+		payload := body[5 : 5+n]
+		body = body[5+n:]
+		if flag&0x80 == 0 {
+			messages = append(messages, payload)
+			continue
+		}
+		// A header block, which ends with an empty line.
+		tp := textproto.NewReader(bufio.NewReader(io.MultiReader(bytes.NewReader(payload), strings.NewReader("\r\n"))))
+		mh, err := tp.ReadMIMEHeader()
+		if err != nil && !errors.Is(err, io.EOF) {
+			t.Fatalf("trailer frame %q: %v", payload, err)
+		}
+		for k, v := range mh {
+			trailers[k] = v
+		}
+	}
+	return trailers, messages
 }
 
 // decodeBase64Chunks decodes gRPC-Web text, which may be several base64
@@ -204,14 +214,22 @@ func wantBrowserError[Res any](t *testing.T, a browserAnswer[Res], code codes.Co
 	if a.st == nil {
 		t.Fatalf("got success %v, want %v %s", a.resp, code, why)
 	}
-	if a.st.Code() != code {
-		t.Fatalf("got %v %q, want code %v", a.st.Code(), a.st.Message(), code)
+	wantStatus(t, a.st, code, why, field)
+}
+
+// wantStatus checks an error status of any transport: its code, the reason
+// of its one ErrorInfo and, if field is not empty, a BadRequest violation of
+// that field.
+func wantStatus(t *testing.T, st *status.Status, code codes.Code, why, field string) {
+	t.Helper()
+	if st.Code() != code {
+		t.Fatalf("got %v %q, want code %v", st.Code(), st.Message(), code)
 	}
-	if diff := cmp.Diff([]string{reason.Domain + "/" + why}, resttest.ErrorInfos(a.st)); diff != "" {
+	if diff := cmp.Diff([]string{reason.Domain + "/" + why}, resttest.ErrorInfos(st)); diff != "" {
 		t.Errorf("ErrorInfo (-want +got):\n%s", diff)
 	}
-	if field != "" && !hasViolation(a.st, field) {
-		t.Errorf("no field violation for %q in %v", field, a.st.Details())
+	if field != "" && !hasViolation(st, field) {
+		t.Errorf("no field violation for %q in %v", field, st.Details())
 	}
 }
 

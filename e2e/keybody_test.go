@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"io"
-	"net"
 	"net/http"
 	"runtime"
 	"strconv"
@@ -196,26 +195,30 @@ func TestUnauthenticatedStallsDelayNoKeyedCall(t *testing.T) {
 	})
 	waitReady(t, e)
 	head := "POST /v1/accounts HTTP/1.1\r\nHost: sheba\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
-	for i := range slots + 2 {
-		c, err := net.DialTimeout("tcp", e.httpAddr, 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		if _, err := c.Write([]byte(head)); err != nil {
-			t.Fatalf("stalled connection %d: %v", i, err)
-		}
+	// 200 ms: the time for the server to read their headers; with the
+	// old order, they would then hold every slot.
+	wantKeyedCreatesWhileStalled(t, e, []string{head}, slots+2, 200*time.Millisecond, func(int) {
+		time.Sleep(300 * time.Millisecond)
+	})
+}
+
+// wantKeyedCreatesWhileStalled holds n connections open (holdSlowBody),
+// each with the next of heads in turn, waits pause for the server to read
+// their headers, then makes 3 keyed REST creates, each wanted 200, calling
+// after(i) after the i-th.
+func wantKeyedCreatesWhileStalled(t *testing.T, e *testEnv, heads []string, n int, pause time.Duration, after func(i int)) {
+	t.Helper()
+	for i := range n {
+		holdSlowBody(t, e.httpAddr, heads[i%len(heads)])
 	}
-	// Give the server the time to read their headers: with the old
-	// order, they would now hold every slot.
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(pause)
 	for i := range 3 {
 		code, took, b := keyedCreate(t, e, "stalled-"+strconv.Itoa(i))
-		t.Logf("keyed create %d with %d unauthenticated bodies stalled: HTTP %d in %v", i, slots+2, code, took)
+		t.Logf("keyed REST create %d with %d bodies stalled: HTTP %d in %v", i, n, code, took)
 		if code != http.StatusOK {
-			t.Errorf("keyed create %d: got HTTP %d after %v (%s), want 200", i, code, took, b)
+			t.Errorf("keyed REST create %d: got HTTP %d after %v (%s), want 200", i, code, took, b)
 		}
-		time.Sleep(300 * time.Millisecond)
+		after(i)
 	}
 }
 

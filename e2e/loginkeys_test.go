@@ -106,16 +106,9 @@ func TestLoginThrottleCeiling(t *testing.T) {
 func TestLoginThrottlePerKeySharedThroughRedis(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	envs := make([]*testEnv, 2)
-	for i := range envs {
-		envs[i] = newTestEnv(t, withOtherKeys, func(c *config.Config) {
-			c.Limits.LoginFailures = config.LoginFailures{Max: 3, MaxAll: 6, Window: time.Hour}
-			c.Redis.URL = srv.URL()
-			// As in TestLoginThrottleSharedThroughRedis: a loaded
-			// machine must not send a replica to its own counts.
-			c.Redis.Timeout = time.Second
-		})
-	}
+	envs := onRedis(t, srv, 2, withOtherKeys, func(c *config.Config) {
+		c.Limits.LoginFailures = config.LoginFailures{Max: 3, MaxAll: 6, Window: time.Hour}
+	}, patientRedis)
 	a, b := envs[0], envs[1]
 	a.newAccount(t, "rose")
 	failLogins(t, a, 2, "rose")

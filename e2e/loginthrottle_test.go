@@ -286,17 +286,7 @@ func TestLoginsAtOnceNotThrottled(t *testing.T) {
 func TestLoginThrottleSharedThroughRedis(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	envs := make([]*testEnv, 2)
-	for i := range envs {
-		envs[i] = newTestEnv(t, withLoginThrottle(time.Hour), func(c *config.Config) {
-			c.Redis.URL = srv.URL()
-			// The most allowed, not the 5 ms default: a loaded test
-			// machine stalls for longer, which would send a replica to
-			// its own counts by itself. The outage below is a stopped
-			// Redis, found at once whatever the timeout.
-			c.Redis.Timeout = time.Second
-		})
-	}
+	envs := onRedis(t, srv, 2, withLoginThrottle(time.Hour), patientRedis)
 	a, b := envs[0], envs[1]
 	a.newAccount(t, "grace")
 

@@ -58,34 +58,25 @@ func TestPublicSlowBodiesTakeNoSlot(t *testing.T) {
 		c.HTTP.ReadTimeout = 30 * time.Second
 	})
 	waitReady(t, e)
+	const ping = shebav1.PingService_Ping_FullMethodName
 	heads := []string{
-		"POST /sheba.v1.PingService/Ping HTTP/1.1\r\nHost: sheba\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{",
-		"POST /sheba.v1.PingService/Ping HTTP/1.1\r\nHost: sheba\r\nContent-Type: application/grpc-web+proto\r\nContent-Length: 1000\r\n\r\n\x00",
+		"POST " + ping + " HTTP/1.1\r\nHost: sheba\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{",
+		"POST " + ping + " HTTP/1.1\r\nHost: sheba\r\nContent-Type: application/grpc-web+proto\r\nContent-Length: 1000\r\n\r\n\x00",
 		"GET /v1/ping HTTP/1.1\r\nHost: sheba\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{",
 	}
-	for i := range slots + 8 {
-		holdSlowBody(t, e.httpAddr, heads[i%len(heads)])
-	}
-	// Time for the server to read their headers: were they given slots,
-	// they would hold every one of them now.
-	time.Sleep(300 * time.Millisecond)
-	for i := range 3 {
-		code, took, b := keyedCreate(t, e, "public-slow-"+strconv.Itoa(i))
-		t.Logf("keyed POST /v1/accounts %d with %d keyless public bodies stalled: HTTP %d in %v", i, slots+8, code, took)
-		if code != http.StatusOK {
-			t.Errorf("keyed REST create %d: got HTTP %d after %v (%s), want 200", i, code, took, b)
-		}
-
+	// 300 ms: the time for the server to read their headers; were they
+	// given slots, they would then hold every one of them.
+	wantKeyedCreatesWhileStalled(t, e, heads, slots+8, 300*time.Millisecond, func(i int) {
 		start := time.Now()
 		a := browserCall[shebav1.CreateAccountRequest, shebav1.CreateAccountResponse](t, e, "connect-json",
-			"/sheba.v1.AccountService/CreateAccount",
+			shebav1.AccountService_CreateAccount_FullMethodName,
 			&shebav1.CreateAccountRequest{Username: "public-slow-connect-" + strconv.Itoa(i), Password: "password1"}, testKey)
-		took = time.Since(start)
+		took := time.Since(start)
 		t.Logf("keyed Connect CreateAccount %d with %d keyless public bodies stalled: %v in %v", i, slots+8, a.st.Code(), took)
 		if a.st != nil {
 			t.Errorf("keyed Connect create %d: got %v %q after %v, want OK", i, a.st.Code(), a.st.Message(), took)
 		}
-	}
+	})
 }
 
 // TestPublicBodyBound checks the small bound of a public method's body
@@ -96,7 +87,7 @@ func TestPublicSlowBodiesTakeNoSlot(t *testing.T) {
 func TestPublicBodyBound(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t, func(c *config.Config) { c.HTTP.ReadTimeout = 30 * time.Second })
-	const ping = "/sheba.v1.PingService/Ping"
+	const ping = shebav1.PingService_Ping_FullMethodName
 	// A CreateAccountRequest is, in protobuf, a PingRequest with an
 	// unknown field: a valid Ping request of any size.
 	big := &shebav1.CreateAccountRequest{Username: strings.Repeat("a", publicBodyBound+1)}
@@ -146,7 +137,7 @@ func TestPublicBodyBound(t *testing.T) {
 	})
 	t.Run("refused before it is read", func(t *testing.T) {
 		for _, head := range []string{
-			"POST /sheba.v1.PingService/Ping HTTP/1.1\r\nHost: sheba\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n{",
+			"POST " + ping + " HTTP/1.1\r\nHost: sheba\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n{",
 			"GET /v1/ping HTTP/1.1\r\nHost: sheba\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n{",
 		} {
 			c, err := net.DialTimeout("tcp", e.httpAddr, 5*time.Second)

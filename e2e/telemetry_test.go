@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -47,6 +48,27 @@ func scrapeAt(t *testing.T, baseURL string) map[string]*dto.MetricFamily {
 	r := resttest.Client{BaseURL: baseURL, HTTP: client}.Do(t, http.MethodGet, "/metrics", "")
 	wantCode(t, r, http.StatusOK)
 	return parseMetrics(t, r.Body)
+}
+
+// tryScrapeAt is scrapeAt for a condition that waitFor retries: a scrape
+// that fails (no answer, not 200) returns false rather than end the test.
+func tryScrapeAt(t *testing.T, baseURL string) (map[string]*dto.MetricFamily, bool) {
+	t.Helper()
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, baseURL+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, false
+	}
+	defer resp.Body.Close()
+	page, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return nil, false
+	}
+	return parseMetrics(t, page), true
 }
 
 // parseMetrics parses a /metrics page.

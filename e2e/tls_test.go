@@ -3,7 +3,6 @@ package e2e
 import (
 	"crypto/tls"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptrace"
 	"os"
@@ -39,13 +38,7 @@ func servedSerial(t *testing.T, addr string, ca *certtest.Authority) int64 {
 
 func TestTLS(t *testing.T) {
 	t.Parallel()
-	ca := certtest.NewAuthority(t, "test CA")
-	cert, key := ca.Issue(t, 10, false)
-	vol := certtest.NewVolume(t, map[string][]byte{"tls.crt": cert, "tls.key": key})
-	e := newTestEnv(t, func(c *config.Config) {
-		c.TLS = config.TLS{CertFile: vol.Path("tls.crt"), KeyFile: vol.Path("tls.key")}
-		c.Operator.Addr = "127.0.0.1:0"
-	})
+	e, ca, vol := tlsTestEnv(t)
 	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}, ForceAttemptHTTP2: true}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}
@@ -124,16 +117,9 @@ func TestTLS(t *testing.T) {
 		}
 		// A file that does not parse leaves the certificate in service.
 		vol.Update(t, map[string][]byte{"tls.crt": []byte("-----BEGIN CERTIFICATE-----\ngarbage\n"), "tls.key": key2})
-		op := "http://" + e.operatorAddr + "/metrics"
-		waitFor(t, 15*time.Second, "sheba_tls_reload_errors_total above 0", func() bool {
-			resp, err := http.Get(op)
-			if err != nil {
-				return false
-			}
-			defer resp.Body.Close()
-			b := new(strings.Builder)
-			_, _ = io.Copy(b, resp.Body)
-			return strings.Contains(b.String(), "sheba_tls_reload_errors_total 1")
+		waitFor(t, 15*time.Second, "sheba_tls_reload_errors_total 1", func() bool {
+			f, ok := tryScrapeAt(t, "http://"+e.operatorAddr)
+			return ok && series(f, "sheba_tls_reload_errors_total")[""] == 1
 		})
 		if got := servedSerial(t, e.httpAddr, ca); got != 11 {
 			t.Errorf("served serial %d after a garbled file, want 11 still", got)

@@ -53,8 +53,8 @@ type HTTP struct {
 	// Addr is the host:port to listen on.
 	Addr string `yaml:"addr"`
 	// MaxBodyBytes bounds a request body after decompression; at most
-	// MaxBodyBytesLimit (a browser protocol's message is bounded by
-	// GRPC.MaxRecvBytes too).
+	// 64 MiB (a browser protocol's message is bounded by GRPC.MaxRecvBytes
+	// too).
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
 	// ReadHeaderTimeout bounds the time a client may take to send a
 	// request's headers.

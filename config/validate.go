@@ -35,8 +35,8 @@ func (c Config) check() *Error {
 		func() *Error { return checkAddr("http.addr", c.HTTP.Addr) },
 		func() *Error { return atLeast("http.max_body_bytes", c.HTTP.MaxBodyBytes, 1) },
 		func() *Error {
-			if n := c.HTTP.MaxBodyBytes; n > MaxBodyBytesLimit {
-				return bad("http.max_body_bytes", "must be at most %d (64 MiB), got %d", MaxBodyBytesLimit, n)
+			if n := c.HTTP.MaxBodyBytes; n > maxBytes {
+				return bad("http.max_body_bytes", "must be at most %d (64 MiB), got %d", maxBytes, n)
 			}
 			return nil
 		},
@@ -62,8 +62,8 @@ func (c Config) check() *Error {
 		func() *Error { return checkAddrsDiffer(c.HTTP.Addr, c.GRPC.Addr) },
 		func() *Error { return atLeast("grpc.max_concurrent_streams", c.GRPC.MaxConcurrentStreams, 1) },
 		func() *Error {
-			if n := c.GRPC.MaxRecvBytes; n < 1 || n > maxRecvBytes {
-				return bad("grpc.max_recv_bytes", "must be from 1 to %d (64 MiB), got %d", maxRecvBytes, n)
+			if n := c.GRPC.MaxRecvBytes; n < 1 || n > maxBytes {
+				return bad("grpc.max_recv_bytes", "must be from 1 to %d (64 MiB), got %d", maxBytes, n)
 			}
 			return nil
 		},
@@ -205,12 +205,6 @@ func (c Config) check() *Error {
 	return nil
 }
 
-// maxRecvBytes is the largest grpc.max_recv_bytes: a message is held whole
-// in memory before it is decoded, and sheba's valid requests are a few KiB,
-// so 64 MiB (as much as http.max_body_bytes may be) leaves room for any
-// use without letting one message take a pod's memory.
-const maxRecvBytes = 64 << 20
-
 // checkPagingSecret checks paging.secret: empty, or 32 bytes in hex. The
 // message never repeats the value, which is a secret.
 func checkPagingSecret(s string) *Error {
@@ -233,10 +227,13 @@ func (p Paging) Key() []byte {
 	return b
 }
 
-// MaxBodyBytesLimit is the most http.max_body_bytes may be: 64 MiB, far
-// above any request of the API, and a bound the gateway's arithmetic on
-// it relies on (server/gateway refuses more).
-const MaxBodyBytesLimit = 64 << 20
+// maxBytes is the most http.max_body_bytes and grpc.max_recv_bytes may
+// be. A body or message is held whole in memory before it is decoded, and
+// sheba's valid requests are a few KiB, so 64 MiB leaves room for any use
+// without letting one request take a pod's memory; the gateway's
+// arithmetic on a body relies on the bound too (server/gateway refuses
+// more).
+const maxBytes = 64 << 20
 
 // bad returns an *Error for key.
 func bad(key, format string, args ...any) *Error {

@@ -284,7 +284,7 @@ func (h *interceptor) ask(ctx context.Context, call *Call, msg proto.Message) (D
 	if h.breaker.State() == gobreaker.StateHalfOpen {
 		return h.probe(ctx, call, msg, done)
 	}
-	d, replacement, err := h.check(ctx, ctx, call, msg)
+	d, replacement, err := h.check(ctx, call, msg)
 	done(err)
 	return d, replacement, err
 }
@@ -306,7 +306,7 @@ type hookAnswer struct {
 func (h *interceptor) probe(ctx context.Context, call *Call, msg proto.Message, done func(error)) (Decision, proto.Message, error) {
 	answered := make(chan hookAnswer, 1)
 	go func() {
-		d, replacement, err := h.check(context.WithoutCancel(ctx), nil, call, msg)
+		d, replacement, err := h.check(context.WithoutCancel(ctx), call, msg)
 		done(err)
 		answered <- hookAnswer{d, replacement, err}
 	}()
@@ -318,11 +318,12 @@ func (h *interceptor) probe(ctx context.Context, call *Call, msg proto.Message, 
 	}
 }
 
-// check calls the hook once, under hook.timeout from base, and returns its
-// decision and replacement request, or its failure: callerGone when the
-// call's context (caller, nil for none) had ended, which cut it short.
-func (h *interceptor) check(base, caller context.Context, call *Call, msg proto.Message) (d Decision, replacement proto.Message, err error) {
-	hctx, cancel := context.WithTimeout(base, h.o.timeout)
+// check calls the hook once, under hook.timeout from ctx, and returns its
+// decision and replacement request, or its failure: callerGone when ctx
+// had ended, which cut it short (a probe's ctx, detached from its caller,
+// never ends).
+func (h *interceptor) check(ctx context.Context, call *Call, msg proto.Message) (d Decision, replacement proto.Message, err error) {
+	hctx, cancel := context.WithTimeout(ctx, h.o.timeout)
 	defer cancel()
 	if h.o.tracer != nil {
 		var span trace.Span
@@ -340,13 +341,13 @@ func (h *interceptor) check(base, caller context.Context, call *Call, msg proto.
 	d, err = h.client.Check(hctx, call)
 	h.o.metrics.observe(time.Since(start).Seconds())
 	if err != nil {
-		if caller != nil && caller.Err() != nil {
+		if ctx.Err() != nil {
 			return d, nil, callerGone{err}
 		}
 		return d, nil, err
 	}
 	if d.Body != nil && d.Break == 0 {
-		if replacement, err = h.replace(base, msg, d.Body); err != nil {
+		if replacement, err = h.replace(ctx, msg, d.Body); err != nil {
 			return d, nil, fmt.Errorf("hook's replacement request: %w", err)
 		}
 	}

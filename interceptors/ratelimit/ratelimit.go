@@ -147,65 +147,70 @@ func UnaryServerInterceptor(limits ...Limit) grpc.UnaryServerInterceptor {
 // Bucket is a token bucket over all callers. It is safe for concurrent use.
 type Bucket struct {
 	lim *rate.Limiter
-	now func() time.Time
 	shape
 }
 
-// shape is what a bucket's limiter was made with. The limiters are never
-// changed, so it is kept here rather than asked of them on every call
-// (rate.Limiter's Limit and Burst take its lock each).
+// shape is what a bucket's limiter was made with, and the clock it reads.
+// The limiters are never changed, so it is kept here rather than asked of
+// them on every call (rate.Limiter's Limit and Burst take its lock each).
 type shape struct {
 	policy    Policy
 	perSecond float64
 	burst     int
+	now       func() time.Time
+	empty     bool
 }
 
-func shapeOf(perSecond float64, burst int) shape {
-	return shape{policy: PolicyOf(perSecond, burst), perSecond: perSecond, burst: burst}
-}
-
-// BucketOption configures a Bucket.
-type BucketOption func(*bucketOptions)
-
-type bucketOptions struct {
-	now   func() time.Time
-	empty bool
-}
+// BucketOption configures a Bucket, or each bucket of a PerKey.
+type BucketOption func(*shape)
 
 // WithClock makes the bucket read the time from now rather than
 // time.Now. A bucket refills only as its clock runs: redislimit's
 // fallback buckets run on a clock that stands still while Redis answers,
 // so the time Redis was up never fills them.
 func WithClock(now func() time.Time) BucketOption {
-	return func(o *bucketOptions) { o.now = now }
+	return func(s *shape) { s.now = now }
 }
 
 // StartEmpty makes the bucket start with no token rather than full: its
 // first token comes 1/perSecond after it is made.
 func StartEmpty() BucketOption {
-	return func(o *bucketOptions) { o.empty = true }
+	return func(s *shape) { s.empty = true }
+}
+
+func newShape(perSecond float64, burst int, opts []BucketOption) shape {
+	s := shape{policy: PolicyOf(perSecond, burst), perSecond: perSecond, burst: burst, now: time.Now}
+	for _, opt := range opts {
+		opt(&s)
+	}
+	return s
+}
+
+// limiter returns a new bucket of the shape: full, unless StartEmpty.
+func (s *shape) limiter() *rate.Limiter {
+	lim := rate.NewLimiter(rate.Limit(s.perSecond), s.burst)
+	if s.empty {
+		lim.AllowN(s.now(), s.burst)
+	}
+	return lim
 }
 
 // NewBucket returns a bucket refilled at perSecond tokens a second, holding at
 // most burst; full unless StartEmpty says otherwise.
 func NewBucket(perSecond float64, burst int, opts ...BucketOption) *Bucket {
-	o := bucketOptions{now: time.Now}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	lim := rate.NewLimiter(rate.Limit(perSecond), burst)
-	if o.empty {
-		lim.AllowN(o.now(), burst)
-	}
-	return &Bucket{lim: lim, now: o.now, shape: shapeOf(perSecond, burst)}
+	b := &Bucket{shape: newShape(perSecond, burst, opts)}
+	b.lim = b.limiter()
+	return b
 }
 
 // Allow takes a token if there is one.
 func (b *Bucket) Allow(context.Context) Decision {
-	return b.allow(b.lim, b.now())
+	return b.allow(b.lim)
 }
 
-func (s shape) allow(lim *rate.Limiter, now time.Time) Decision {
+// allow takes a token of lim, one of the shape's buckets, if there is one.
+func (s *shape) allow(lim *rate.Limiter) Decision {
+	now := s.now()
 	p := s.policy
 	d := Decision{Allowed: true, Policy: p}
 	if !lim.AllowN(now, 1) {
@@ -236,11 +241,12 @@ type PerKey struct {
 }
 
 // NewPerKey returns per-key buckets for ids, each refilled at perSecond and
-// holding at most burst; id reads the caller id from a call's context.
-func NewPerKey(perSecond float64, burst int, ids []string, id func(ctx context.Context) string) *PerKey {
-	p := &PerKey{buckets: make(map[string]*rate.Limiter, len(ids)), id: id, shape: shapeOf(perSecond, burst)}
+// holding at most burst, and made with opts as NewBucket's are; id reads
+// the caller id from a call's context.
+func NewPerKey(perSecond float64, burst int, ids []string, id func(ctx context.Context) string, opts ...BucketOption) *PerKey {
+	p := &PerKey{buckets: make(map[string]*rate.Limiter, len(ids)), id: id, shape: newShape(perSecond, burst, opts)}
 	for _, k := range ids {
-		p.buckets[k] = rate.NewLimiter(rate.Limit(perSecond), burst)
+		p.buckets[k] = p.limiter()
 	}
 	return p
 }
@@ -251,7 +257,7 @@ func (p *PerKey) Allow(ctx context.Context) Decision {
 	if !ok {
 		return Decision{Allowed: true}
 	}
-	return p.allow(lim, time.Now())
+	return p.allow(lim)
 }
 
 // Split sends the calls of anonymous callers (whose id is "") to one

@@ -53,33 +53,33 @@ func newRedisBackend(l config.Limits, r config.Redis, log *slog.Logger, tp trace
 // fallback (redis.fallback_share of each limit, in buckets that start
 // empty; docs/configuration.md#redis).
 func newRateLimits(l config.Limits, backend *redislimit.Backend, keyIDs []string) rateLimits {
+	// Each limit in process, or in Redis under its name.
+	global := func(name string, rate float64, burst int) ratelimit.Limiter {
+		if backend == nil {
+			return ratelimit.NewBucket(rate, burst)
+		}
+		return backend.Limiter(name, rate, burst, redislimit.Global())
+	}
+	perKey := func(rate float64, burst int) ratelimit.Limiter {
+		if backend == nil {
+			return ratelimit.NewPerKey(rate, burst, keyIDs, apikey.IDFromContext)
+		}
+		return backend.Limiter("key", rate, burst, redislimit.PerKey(keyIDs, apikey.IDFromContext))
+	}
 	// The global limit is two buckets: one for callers with a key, and one
 	// for anonymous callers of public methods, so that a flood of those
 	// cannot starve the callers with a key.
 	var keyed, anonymous ratelimit.Limiter
 	anonRate, anonBurst := l.AnonymousLimit()
 	rl := rateLimits{backend: backend}
-	switch {
-	case backend == nil:
-		if l.Rate > 0 {
-			keyed = ratelimit.NewBucket(l.Rate, l.Burst)
-		}
-		if anonRate > 0 {
-			anonymous = ratelimit.NewBucket(anonRate, anonBurst)
-		}
-		if l.PerKeyRate > 0 {
-			rl.perKey = ratelimit.NewPerKey(l.PerKeyRate, l.PerKeyBurst, keyIDs, apikey.IDFromContext)
-		}
-	default:
-		if l.Rate > 0 {
-			keyed = backend.Limiter("global", l.Rate, l.Burst, redislimit.Global())
-		}
-		if anonRate > 0 {
-			anonymous = backend.Limiter("anonymous", anonRate, anonBurst, redislimit.Global())
-		}
-		if l.PerKeyRate > 0 {
-			rl.perKey = backend.Limiter("key", l.PerKeyRate, l.PerKeyBurst, redislimit.PerKey(keyIDs, apikey.IDFromContext))
-		}
+	if l.Rate > 0 {
+		keyed = global("global", l.Rate, l.Burst)
+	}
+	if anonRate > 0 {
+		anonymous = global("anonymous", anonRate, anonBurst)
+	}
+	if l.PerKeyRate > 0 {
+		rl.perKey = perKey(l.PerKeyRate, l.PerKeyBurst)
 	}
 	if keyed != nil || anonymous != nil {
 		rl.global = ratelimit.NewSplit(keyed, anonymous, apikey.IDFromContext)

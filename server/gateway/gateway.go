@@ -222,8 +222,7 @@ func New(ctx context.Context, conn *Channel, o Options) (http.Handler, error) {
 		}
 		if public {
 			// Within its own bound, without a slot.
-			r, answered := readPublicBody(gw, w, r)
-			if answered {
+			if readPublicBody(gw, w, r) {
 				return
 			}
 			publicCodec.ServeHTTP(w, r)

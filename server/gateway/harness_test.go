@@ -46,15 +46,19 @@ const unknownID = "00000000-0000-4000-8000-000000000000"
 // testKey is the key withKey makes every method but Ping need.
 const testKey = "gateway-test-key-0123456789abcdef"
 
-// withKey makes every method but Ping need testKey, in the gateway's check
-// and in the chain's.
-func withKey(t testing.TB) func(*gateway.Options) {
+// withKey makes every method but the public ones need testKey, in the
+// gateway's check and in the chain's; without public methods named, those
+// of the default config (Ping alone) are public.
+func withKey(t testing.TB, public ...string) func(*gateway.Options) {
 	sum := sha256.Sum256([]byte(testKey))
 	key, err := apikey.ParseKey("test", hex.EncodeToString(sum[:]))
 	if err != nil {
 		t.Fatal(err)
 	}
-	authn := apikey.New([]apikey.Key{key}, config.Default().Auth.Public)
+	if len(public) == 0 {
+		public = config.Default().Auth.Public
+	}
+	authn := apikey.New([]apikey.Key{key}, public)
 	return func(o *gateway.Options) { o.Authenticator = authn }
 }
 

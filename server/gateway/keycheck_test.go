@@ -3,8 +3,6 @@ package gateway_test
 import (
 	"bytes"
 	"compress/gzip"
-	"crypto/sha256"
-	"encoding/hex"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -197,13 +195,7 @@ func answerStatus(t *testing.T, rec *httptest.ResponseRecorder) *status.Status {
 // withPublicLogin makes Ping and Login public and every other method need
 // testKey.
 func withPublicLogin(t testing.TB) func(*gateway.Options) {
-	sum := sha256.Sum256([]byte(testKey))
-	key, err := apikey.ParseKey("test", hex.EncodeToString(sum[:]))
-	if err != nil {
-		t.Fatal(err)
-	}
-	authn := apikey.New([]apikey.Key{key}, []string{"/sheba.v1.PingService/Ping", "/sheba.v1.AccountService/Login"})
-	return func(o *gateway.Options) { o.Authenticator = authn }
+	return withKey(t, "/sheba.v1.PingService/Ping", "/sheba.v1.AccountService/Login")
 }
 
 // TestPublicBodiesTakeNoSlot stalls more bodies of a public method's calls

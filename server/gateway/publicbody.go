@@ -27,15 +27,13 @@ import (
 // (auth.public), and is little memory per connection.
 const publicBodyBytes = 4 << 10
 
-// Errors of readAll.
-var (
-	errOverLimit = errors.New("request body over its limit")
-	errUnread    = errors.New("request body could not be read")
-)
+// errOverLimit is readAll's error for a body over its limit.
+var errOverLimit = errors.New("request body over its limit")
 
 // readAll reads r's body whole, at most limit bytes of it: errOverLimit
-// when it is longer, as declared or as sent; errUnread when it cannot be
-// read to its end (the client went away, or http.read_timeout cut it).
+// when it is longer, as declared or as sent; the read's error when it
+// cannot be read to its end (the client went away, or http.read_timeout
+// cut it).
 func readAll(r *http.Request, limit int64) ([]byte, error) {
 	if r.ContentLength > limit {
 		return nil, errOverLimit
@@ -54,29 +52,29 @@ func readAll(r *http.Request, limit int64) ([]byte, error) {
 	case int64(len(body)) > limit:
 		return nil, errOverLimit
 	case err != nil:
-		return nil, errUnread
+		return nil, err
 	}
 	return body, nil
 }
 
 // readPublicBody reads the body of a call to a public method without a
 // valid key into memory, within publicBodyBytes and without a body slot,
-// and returns r with that body; answered is true when it answered the
-// request instead: 413 for a body over the bound (before a byte is read
-// when its declared length says so), 400 for one that could not be read.
-func readPublicBody(gw *runtime.ServeMux, w http.ResponseWriter, r *http.Request) (_ *http.Request, answered bool) {
+// and makes that r's body; answered is true when it answered the request
+// instead: 413 for a body over the bound (before a byte is read when its
+// declared length says so), 400 for one that could not be read.
+func readPublicBody(gw *runtime.ServeMux, w http.ResponseWriter, r *http.Request) (answered bool) {
 	body, err := readAll(r, publicBodyBytes)
 	switch {
 	case errors.Is(err, errOverLimit):
 		closeAfterAnswer(w, r)
 		writeError(gw, w, r, errBodyTooLarge(publicBodyBytes))
-		return r, true
+		return true
 	case err != nil:
 		writeError(gw, w, r, malformed("the request body could not be read"))
-		return r, true
+		return true
 	}
 	setBody(r, body)
-	return r, false
+	return false
 }
 
 // setBody makes body, in memory, r's body.

@@ -44,16 +44,21 @@ type failures struct {
 }
 
 func newLocal(maxFailures, maxAll int, window time.Duration, size int) *local {
-	byCaller, err := simplelru.NewLRU[attemptKey, failures](max(size, 1), nil)
+	return &local{
+		max: maxFailures, maxAll: maxAll, window: window,
+		byCaller:   newLRU[attemptKey](size),
+		byUsername: newLRU[string](size),
+	}
+}
+
+// newLRU returns an LRU of at most size counts (at least 1).
+func newLRU[K comparable](size int) *simplelru.LRU[K, failures] {
+	lru, err := simplelru.NewLRU[K, failures](max(size, 1), nil)
 	if err != nil {
 		// Only for a size below 1, which max rules out.
 		panic("loginthrottle: " + err.Error())
 	}
-	byUsername, err := simplelru.NewLRU[string, failures](max(size, 1), nil)
-	if err != nil {
-		panic("loginthrottle: " + err.Error())
-	}
-	return &local{max: maxFailures, maxAll: maxAll, window: window, byCaller: byCaller, byUsername: byUsername}
+	return lru
 }
 
 // count returns 0 when k may try at now, else how long until the window

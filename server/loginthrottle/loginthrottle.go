@@ -70,7 +70,6 @@ const maxAllTimes = 10
 // of them, until the window has passed. It is safe for concurrent use.
 type Throttle struct {
 	max       int
-	maxAll    int
 	local     *local
 	shared    *shared // nil without Redis
 	gate      *gate
@@ -90,8 +89,7 @@ func New(maxFailures int, window time.Duration, opts ...Option) *Throttle {
 		o.maxAll = maxAllTimes * maxFailures
 	}
 	t := &Throttle{
-		max:    maxFailures,
-		maxAll: o.maxAll,
+		max: maxFailures,
 		throttled: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sheba_login_throttled_total",
 			Help: "Logins answered 429 LOGIN_THROTTLED: their caller had limits.login_failures.max failures for the username in its window, or every caller together limits.login_failures.max_all.",

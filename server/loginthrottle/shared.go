@@ -67,11 +67,18 @@ end
 return 0
 `)
 
-// keys returns the Redis keys of k's count and of its username's.
+// keys returns the Redis keys of k's count and of its username's, in the
+// order of the scripts' KEYS.
 func keys(k attemptKey) []string {
-	all := "sheba:login:" + k.username
-	return []string{all + ":" + k.caller, all}
+	return []string{callerKey(k), usernameKey(k)}
 }
+
+// callerKey returns the Redis key of k's count.
+func callerKey(k attemptKey) string { return usernameKey(k) + ":" + k.caller }
+
+// usernameKey returns the Redis key of the count of k's username across
+// callers.
+func usernameKey(k attemptKey) string { return "sheba:login:" + k.username }
 
 // count is local.count in Redis; answered is false when Redis did not
 // answer in time: the caller counts in process.
@@ -94,7 +101,7 @@ func (s *shared) record(ctx context.Context, k attemptKey, r Result) (answered b
 		})
 	case Succeeded:
 		return s.b.Do(ctx, func(ctx context.Context, c redis.UniversalClient) error {
-			return c.Del(ctx, keys(k)[0]).Err()
+			return c.Del(ctx, callerKey(k)).Err()
 		})
 	}
 	return true

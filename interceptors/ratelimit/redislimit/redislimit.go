@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,7 +18,8 @@ import (
 	"github.com/shebasvc/sheba/interceptors/ratelimit"
 )
 
-// Defaults of the options, and of config's redis section.
+// Defaults of the options. Config's redis section has the same timeout
+// and fallback share (internal/app's TestRedisDefaults holds them equal).
 const (
 	// DefaultTimeout bounds one decision in Redis: Envoy's rate-limit
 	// filter's default. 5 ms, the default before, was missed often enough
@@ -141,8 +143,9 @@ func NewClient(url string, timeout time.Duration) (*redis.Client, error) {
 	o.ContextTimeoutEnabled = true
 	o.MaxRetries = -1
 	o.DialTimeout = max(100*time.Millisecond, 20*timeout)
-	// The probe dials again a second later; retrying here only piles up
-	// dials to a Redis that is down.
+	// The probe dials again soon (a tenth of the probe interval after Redis
+	// is marked down, the wait doubling up to the interval); retrying here
+	// only piles up dials to a Redis that is down.
 	o.DialerRetries = 1
 	return redis.NewClient(o), nil
 }
@@ -176,7 +179,7 @@ func (b *Backend) markDown(err error) {
 // A lone late decision does not: on a busy machine a replica's own
 // goroutines (or Redis's process) wait for a CPU now and then, which is
 // no outage, and marking Redis down for it sent replicas to their
-// fallback until the next probe, a second later.
+// fallback until a probe found Redis back.
 //
 // sony/gobreaker, the hook's breaker, is not used for this: its trip
 // rule sees counts, not errors, so it cannot switch at once on a refused
@@ -332,35 +335,31 @@ type Limiter struct {
 	key    func(ctx context.Context) (string, bool)
 	limit  redis_rate.Limit
 	policy ratelimit.Policy
-	// fallback holds a *ratelimit.Bucket per key, made on the key's first
-	// decision in it and kept for the process; there are only as many
-	// keys as key lets through (one, or one per configured API key).
-	fallback      sync.Map
-	fallbackRate  float64
-	fallbackBurst int
+	// fallback decides while Redis is down or late: one bucket, or one per
+	// key of the Scope, made with the Limiter and kept for the process.
+	fallback ratelimit.Limiter
 }
 
 // Limiter returns a limit of perSecond a second with burst, kept in Redis
-// under name plus the call's key: key returns the part of the Redis key
-// that identifies the caller, or false when the call is not under this
-// limit.
+// under name plus the key scope finds for the call: one for all callers
+// (Global), or one per caller (PerKey).
 //
 // While Redis is down or late, the call's key is limited by a bucket of
 // this replica's own, of the Backend's fallback share of perSecond and of
-// burst (at least 1). It starts empty, refills only while Redis is marked
-// down (see fallbackClock) and is kept for the process, so a Redis that
-// flaps never grants a fresh burst: over any stretch of time, the fallback
-// admits at most share × perSecond a second of the time Redis was down,
-// plus what its bucket held.
-func (b *Backend) Limiter(name string, perSecond float64, burst int, key func(ctx context.Context) (string, bool)) *Limiter {
+// burst (at least 1). It starts empty when the Limiter is made, refills
+// only while Redis is marked down (see fallbackClock) and is kept for the
+// process, so a Redis that flaps never grants a fresh burst: over any
+// stretch of time, the fallback admits at most share × perSecond a second
+// of the time Redis was down, plus what its bucket held.
+func (b *Backend) Limiter(name string, perSecond float64, burst int, scope Scope) *Limiter {
 	return &Limiter{
-		b:             b,
-		prefix:        "sheba:" + name + ":",
-		key:           key,
-		limit:         gcraLimit(perSecond, burst),
-		policy:        ratelimit.PolicyOf(perSecond, burst),
-		fallbackRate:  b.opts.share * perSecond,
-		fallbackBurst: max(1, int(b.opts.share*float64(burst))),
+		b:      b,
+		prefix: "sheba:" + name + ":",
+		key:    scope.key,
+		limit:  gcraLimit(perSecond, burst),
+		policy: ratelimit.PolicyOf(perSecond, burst),
+		fallback: scope.fallback(b.opts.share*perSecond, max(1, int(b.opts.share*float64(burst))),
+			ratelimit.StartEmpty(), ratelimit.WithClock(b.clock.now)),
 	}
 }
 
@@ -374,22 +373,44 @@ func gcraLimit(perSecond float64, burst int) redis_rate.Limit {
 	return redis_rate.Limit{Rate: int(math.Round(perSecond * 1000)), Burst: burst, Period: 1000 * time.Second}
 }
 
-// Global returns a key func for a limit over all callers.
-func Global() func(context.Context) (string, bool) {
-	return func(context.Context) (string, bool) { return "all", true }
+// Scope is whom a Limiter's limit is over: all callers (Global), or each
+// of a set of callers (PerKey).
+type Scope struct {
+	// key returns the part of the Redis key that identifies the caller, or
+	// false when the call is not under the limit.
+	key func(ctx context.Context) (string, bool)
+	// fallback returns the in-process limit of the same scope, its buckets
+	// made with opts.
+	fallback func(perSecond float64, burst int, opts ...ratelimit.BucketOption) ratelimit.Limiter
 }
 
-// PerKey returns a key func for a limit per caller id: id reads it from the
+// Global returns the scope of a limit over all callers.
+func Global() Scope {
+	return Scope{
+		key: func(context.Context) (string, bool) { return "all", true },
+		fallback: func(perSecond float64, burst int, opts ...ratelimit.BucketOption) ratelimit.Limiter {
+			return ratelimit.NewBucket(perSecond, burst, opts...)
+		},
+	}
+}
+
+// PerKey returns the scope of a limit per caller id: id reads it from the
 // call's context, and only the ids listed (the configured API keys) are
 // limited, so unknown callers cannot fill Redis with keys.
-func PerKey(ids []string, id func(ctx context.Context) string) func(context.Context) (string, bool) {
+func PerKey(ids []string, id func(ctx context.Context) string) Scope {
+	ids = slices.Clone(ids)
 	known := make(map[string]bool, len(ids))
 	for _, k := range ids {
 		known[k] = true
 	}
-	return func(ctx context.Context) (string, bool) {
-		k := id(ctx)
-		return k, known[k]
+	return Scope{
+		key: func(ctx context.Context) (string, bool) {
+			k := id(ctx)
+			return k, known[k]
+		},
+		fallback: func(perSecond float64, burst int, opts ...ratelimit.BucketOption) ratelimit.Limiter {
+			return ratelimit.NewPerKey(perSecond, burst, ids, id, opts...)
+		},
 	}
 }
 
@@ -405,7 +426,7 @@ func (l *Limiter) Allow(ctx context.Context) ratelimit.Decision {
 		res, err = l.b.rl.Allow(ctx, l.prefix+k, l.limit)
 		return err
 	}) {
-		return l.fallbackAllow(ctx, k)
+		return l.fallbackAllow(ctx)
 	}
 	d := ratelimit.Decision{
 		Allowed:   res.Allowed > 0,
@@ -419,14 +440,9 @@ func (l *Limiter) Allow(ctx context.Context) ratelimit.Decision {
 	return d
 }
 
-// fallbackAllow decides in the fallback bucket of k, and counts it.
-func (l *Limiter) fallbackAllow(ctx context.Context, k string) ratelimit.Decision {
-	v, ok := l.fallback.Load(k)
-	if !ok {
-		v, _ = l.fallback.LoadOrStore(k, ratelimit.NewBucket(l.fallbackRate, l.fallbackBurst,
-			ratelimit.StartEmpty(), ratelimit.WithClock(l.b.clock.now)))
-	}
-	d := v.(*ratelimit.Bucket).Allow(ctx)
+// fallbackAllow decides in the fallback, and counts it.
+func (l *Limiter) fallbackAllow(ctx context.Context) ratelimit.Decision {
+	d := l.fallback.Allow(ctx)
 	if d.Allowed {
 		l.b.allowed.Inc()
 	} else {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/shebasvc/sheba/interceptors/ratelimit"
 	"github.com/shebasvc/sheba/interceptors/ratelimit/redislimit"
@@ -28,9 +29,8 @@ func newBackend(t testing.TB, url string, opts ...redislimit.Option) *redislimit
 	return b
 }
 
-// fallbackDecisions reads sheba_ratelimit_fallback_decisions_total of b
-// by result.
-func fallbackDecisions(t testing.TB, b *redislimit.Backend) (allowed, denied float64) {
+// family gathers b's metrics and returns the family name.
+func family(t testing.TB, b *redislimit.Backend, name string) *dto.MetricFamily {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(b.Collector())
@@ -39,32 +39,41 @@ func fallbackDecisions(t testing.TB, b *redislimit.Backend) (allowed, denied flo
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != "sheba_ratelimit_fallback_decisions_total" {
-			continue
+		if mf.GetName() == name {
+			return mf
 		}
-		for _, m := range mf.GetMetric() {
-			switch m.GetLabel()[0].GetValue() {
-			case "allowed":
-				allowed = m.GetCounter().GetValue()
-			case "denied":
-				denied = m.GetCounter().GetValue()
-			}
-		}
-		return allowed, denied
 	}
-	t.Fatal("sheba_ratelimit_fallback_decisions_total missing")
-	return 0, 0
+	t.Fatalf("%s missing", name)
+	return nil
 }
 
-// fromFallback reports how many decisions the fallback took since the
-// counts before.
-func fromFallback(t testing.TB, b *redislimit.Backend, before float64) float64 {
+// fallbackDecisions reads sheba_ratelimit_fallback_decisions_total of b
+// by result.
+func fallbackDecisions(t testing.TB, b *redislimit.Backend) (allowed, denied float64) {
+	t.Helper()
+	for _, m := range family(t, b, "sheba_ratelimit_fallback_decisions_total").GetMetric() {
+		switch m.GetLabel()[0].GetValue() {
+		case "allowed":
+			allowed = m.GetCounter().GetValue()
+		case "denied":
+			denied = m.GetCounter().GetValue()
+		}
+	}
+	return allowed, denied
+}
+
+// total is how many decisions b's fallback took.
+func total(t testing.TB, b *redislimit.Backend) float64 {
 	t.Helper()
 	a, d := fallbackDecisions(t, b)
-	return a + d - before
+	return a + d
 }
 
-func total(t testing.TB, b *redislimit.Backend) float64 { return fromFallback(t, b, 0) }
+// backendUp reads the sheba_ratelimit_backend_up gauge of b.
+func backendUp(t testing.TB, b *redislimit.Backend) float64 {
+	t.Helper()
+	return family(t, b, "sheba_ratelimit_backend_up").GetMetric()[0].GetGauge().GetValue()
+}
 
 // TestShared checks that two backends (two replicas) on one Redis draw from
 // one quota, with the same q, w, r and t as the in-process bucket.
@@ -139,7 +148,7 @@ func TestFallbackAndRecovery(t *testing.T) {
 	if backend.Up() {
 		t.Error("Up() is true with Redis killed")
 	}
-	if got := testutil.ToFloat64(collectorUp(backend)); got != 0 {
+	if got := backendUp(t, backend); got != 0 {
 		t.Errorf("sheba_ratelimit_backend_up %v, want 0", got)
 	}
 
@@ -149,7 +158,7 @@ func TestFallbackAndRecovery(t *testing.T) {
 	if !l.Allow(t.Context()).Allowed || total(t, backend) != before {
 		t.Error("decision went to the fallback after Redis came back")
 	}
-	if got := testutil.ToFloat64(collectorUp(backend)); got != 1 {
+	if got := backendUp(t, backend); got != 1 {
 		t.Errorf("sheba_ratelimit_backend_up %v, want 1", got)
 	}
 	if n, err := testutil.GatherAndCount(reg, "sheba_redis_pool_total_conns"); err != nil || n != 1 {
@@ -190,7 +199,7 @@ func TestSlowRedis(t *testing.T) {
 	start := time.Now()
 	l.Allow(t.Context())
 	took := time.Since(start)
-	if n := fromFallback(t, backend, before); n != 1 {
+	if n := total(t, backend) - before; n != 1 {
 		t.Errorf("fallback answered %v decisions of 1 with Redis hung, want 1", n)
 	}
 	t.Logf("first decision with Redis hung took %v (timeout 20ms)", took)
@@ -207,7 +216,7 @@ func TestSlowRedis(t *testing.T) {
 		}
 		l.Allow(t.Context())
 	}
-	if n := fromFallback(t, backend, before); n != float64(calls) {
+	if n := total(t, backend) - before; n != float64(calls) {
 		t.Errorf("fallback answered %v of the %d decisions with Redis hung, want all", n, calls)
 	}
 	t.Logf("marked down after %d late decisions in %v", calls, time.Since(start))
@@ -295,21 +304,6 @@ func waitUp(t *testing.T, b *redislimit.Backend) {
 			t.Fatal("still down 5s after Redis came back")
 		}
 	}
-}
-
-// collectorUp is the backend_up gauge alone, for testutil.ToFloat64.
-func collectorUp(b *redislimit.Backend) prometheus.Collector {
-	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "up"}, func() float64 {
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(b.Collector())
-		mfs, _ := reg.Gather()
-		for _, mf := range mfs {
-			if mf.GetName() == "sheba_ratelimit_backend_up" {
-				return mf.GetMetric()[0].GetGauge().GetValue()
-			}
-		}
-		return -1
-	})
 }
 
 // BenchmarkAllow measures one decision in Redis over loopback (make bench

@@ -63,6 +63,17 @@ func Attack(conn net.Conn, fields []hpack.HeaderField, endStream bool, max int, 
 		}
 		return bw.Flush()
 	}
+	// The preface and SETTINGS go first, before the reader may answer the
+	// server's SETTINGS: an ACK ahead of the preface is no HTTP/2.
+	err := write(func() error {
+		if _, err := bw.WriteString(http2.ClientPreface); err != nil {
+			return err
+		}
+		return fr.WriteSettings()
+	})
+	if err != nil {
+		return Result{}, err
+	}
 	acks := make(chan struct{}, 1)
 	goAway := make(chan struct{})
 	closed := make(chan struct{})
@@ -103,15 +114,6 @@ func Attack(conn net.Conn, fields []hpack.HeaderField, endStream bool, max int, 
 		case <-time.After(10 * time.Second):
 			return Result{}, true
 		}
-	}
-	err := write(func() error {
-		if _, err := bw.WriteString(http2.ClientPreface); err != nil {
-			return err
-		}
-		return fr.WriteSettings()
-	})
-	if err != nil {
-		return Result{}, err
 	}
 	if r, end := wait(); end {
 		return r, errors.New("no ACK of the first SETTINGS")

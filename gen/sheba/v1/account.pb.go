@@ -7,6 +7,7 @@
 package shebav1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
@@ -388,7 +389,7 @@ var File_sheba_v1_account_proto protoreflect.FileDescriptor
 
 const file_sheba_v1_account_proto_rawDesc = "" +
 	"\n" +
-	"\x16sheba/v1/account.proto\x12\bsheba.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"r\n" +
+	"\x16sheba/v1/account.proto\x12\bsheba.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16sheba/v1/options.proto\"r\n" +
 	"\aAccount\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\busername\x18\x02 \x01(\tR\busername\x12;\n" +
@@ -408,12 +409,12 @@ const file_sheba_v1_account_proto_rawDesc = "" +
 	"\n" +
 	"account_id\x18\x01 \x01(\tR\taccountId\"A\n" +
 	"\x12GetAccountResponse\x12+\n" +
-	"\aaccount\x18\x01 \x01(\v2\x11.sheba.v1.AccountR\aaccount2\xe5\x01\n" +
-	"\x0eAccountService\x12P\n" +
-	"\rCreateAccount\x12\x1e.sheba.v1.CreateAccountRequest\x1a\x1f.sheba.v1.CreateAccountResponse\x128\n" +
-	"\x05Login\x12\x16.sheba.v1.LoginRequest\x1a\x17.sheba.v1.LoginResponse\x12G\n" +
+	"\aaccount\x18\x01 \x01(\v2\x11.sheba.v1.AccountR\aaccount2\xfa\x02\n" +
+	"\x0eAccountService\x12\x8b\x01\n" +
+	"\rCreateAccount\x12\x1e.sheba.v1.CreateAccountRequest\x1a\x1f.sheba.v1.CreateAccountResponse\"9\xc2\xf3\x18\x15\x10\x01\x18\x01*\x0faccount.created\x82\xd3\xe4\x93\x02\x1a:\x01*b\aaccount\"\f/v1/accounts\x12]\n" +
+	"\x05Login\x12\x16.sheba.v1.LoginRequest\x1a\x17.sheba.v1.LoginResponse\"#\xc2\xf3\x18\x02\x18\x01\x82\xd3\xe4\x93\x02\x17:\x01*\"\x12/v1/accounts:login\x12{\n" +
 	"\n" +
-	"GetAccount\x12\x1b.sheba.v1.GetAccountRequest\x1a\x1c.sheba.v1.GetAccountResponseB0Z.github.com/shebasvc/sheba/gen/sheba/v1;shebav1b\x06proto3"
+	"GetAccount\x12\x1b.sheba.v1.GetAccountRequest\x1a\x1c.sheba.v1.GetAccountResponse\"2\xc2\xf3\x18\x04\x18\x01 \x01\x82\xd3\xe4\x93\x02$b\aaccount\x12\x19/v1/accounts/{account_id}B0Z.github.com/shebasvc/sheba/gen/sheba/v1;shebav1b\x06proto3"
 
 var (
 	file_sheba_v1_account_proto_rawDescOnce sync.Once
@@ -461,6 +462,7 @@ func file_sheba_v1_account_proto_init() {
 	if File_sheba_v1_account_proto != nil {
 		return
 	}
+	file_sheba_v1_options_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -7,6 +7,7 @@
 package shebav1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -108,12 +109,13 @@ var File_sheba_v1_ping_proto protoreflect.FileDescriptor
 
 const file_sheba_v1_ping_proto_rawDesc = "" +
 	"\n" +
-	"\x13sheba/v1/ping.proto\x12\bsheba.v1\"\r\n" +
+	"\x13sheba/v1/ping.proto\x12\bsheba.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x16sheba/v1/options.proto\"\r\n" +
 	"\vPingRequest\"(\n" +
 	"\fPingResponse\x12\x18\n" +
-	"\amessage\x18\x01 \x01(\tR\amessage2D\n" +
-	"\vPingService\x125\n" +
-	"\x04Ping\x12\x15.sheba.v1.PingRequest\x1a\x16.sheba.v1.PingResponseB0Z.github.com/shebasvc/sheba/gen/sheba/v1;shebav1b\x06proto3"
+	"\amessage\x18\x01 \x01(\tR\amessage2\\\n" +
+	"\vPingService\x12M\n" +
+	"\x04Ping\x12\x15.sheba.v1.PingRequest\x1a\x16.sheba.v1.PingResponse\"\x16\xc2\xf3\x18\x02\b\x01\x82\xd3\xe4\x93\x02\n" +
+	"\x12\b/v1/pingB0Z.github.com/shebasvc/sheba/gen/sheba/v1;shebav1b\x06proto3"
 
 var (
 	file_sheba_v1_ping_proto_rawDescOnce sync.Once
@@ -147,6 +149,7 @@ func file_sheba_v1_ping_proto_init() {
 	if File_sheba_v1_ping_proto != nil {
 		return
 	}
+	file_sheba_v1_options_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -7,6 +7,7 @@
 package shebav1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
@@ -580,7 +581,7 @@ var File_sheba_v1_subscription_proto protoreflect.FileDescriptor
 
 const file_sheba_v1_subscription_proto_rawDesc = "" +
 	"\n" +
-	"\x1bsheba/v1/subscription.proto\x12\bsheba.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x81\x02\n" +
+	"\x1bsheba/v1/subscription.proto\x12\bsheba.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16sheba/v1/options.proto\"\x81\x02\n" +
 	"\fSubscription\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -618,12 +619,12 @@ const file_sheba_v1_subscription_proto_rawDesc = "" +
 	"\x12SubscriptionStatus\x12#\n" +
 	"\x1fSUBSCRIPTION_STATUS_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aSUBSCRIPTION_STATUS_ACTIVE\x10\x01\x12 \n" +
-	"\x1cSUBSCRIPTION_STATUS_CANCELED\x10\x022\x8d\x03\n" +
-	"\x13SubscriptionService\x12_\n" +
-	"\x12CreateSubscription\x12#.sheba.v1.CreateSubscriptionRequest\x1a$.sheba.v1.CreateSubscriptionResponse\x12V\n" +
-	"\x0fGetSubscription\x12 .sheba.v1.GetSubscriptionRequest\x1a!.sheba.v1.GetSubscriptionResponse\x12_\n" +
-	"\x12CancelSubscription\x12#.sheba.v1.CancelSubscriptionRequest\x1a$.sheba.v1.CancelSubscriptionResponse\x12\\\n" +
-	"\x11ListSubscriptions\x12\".sheba.v1.ListSubscriptionsRequest\x1a#.sheba.v1.ListSubscriptionsResponseB0Z.github.com/shebasvc/sheba/gen/sheba/v1;shebav1b\x06proto3"
+	"\x1cSUBSCRIPTION_STATUS_CANCELED\x10\x022\xbf\x05\n" +
+	"\x13SubscriptionService\x12\xbe\x01\n" +
+	"\x12CreateSubscription\x12#.sheba.v1.CreateSubscriptionRequest\x1a$.sheba.v1.CreateSubscriptionResponse\"]\xc2\xf3\x18\x1a\x10\x01\x18\x01*\x14subscription.created\x82\xd3\xe4\x93\x029:\x01*b\fsubscription\"&/v1/accounts/{account_id}/subscription\x12\x9c\x01\n" +
+	"\x0fGetSubscription\x12 .sheba.v1.GetSubscriptionRequest\x1a!.sheba.v1.GetSubscriptionResponse\"D\xc2\xf3\x18\x04\x18\x01 \x01\x82\xd3\xe4\x93\x026b\fsubscription\x12&/v1/accounts/{account_id}/subscription\x12\xc6\x01\n" +
+	"\x12CancelSubscription\x12#.sheba.v1.CancelSubscriptionRequest\x1a$.sheba.v1.CancelSubscriptionResponse\"e\xc2\xf3\x18\x1b\x10\x01\x18\x01*\x15subscription.canceled\x82\xd3\xe4\x93\x02@:\x01*b\fsubscription\"-/v1/accounts/{account_id}/subscription:cancel\x12\x7f\n" +
+	"\x11ListSubscriptions\x12\".sheba.v1.ListSubscriptionsRequest\x1a#.sheba.v1.ListSubscriptionsResponse\"!\xc2\xf3\x18\x04\x18\x01 \x01\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/subscriptionsB0Z.github.com/shebasvc/sheba/gen/sheba/v1;shebav1b\x06proto3"
 
 var (
 	file_sheba_v1_subscription_proto_rawDescOnce sync.Once
@@ -680,6 +681,7 @@ func file_sheba_v1_subscription_proto_init() {
 	if File_sheba_v1_subscription_proto != nil {
 		return
 	}
+	file_sheba_v1_options_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -7,6 +7,7 @@
 package shebav1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
@@ -971,7 +972,7 @@ var File_sheba_v1_webhook_proto protoreflect.FileDescriptor
 
 const file_sheba_v1_webhook_proto_rawDesc = "" +
 	"\n" +
-	"\x16sheba/v1/webhook.proto\x12\bsheba.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x91\x02\n" +
+	"\x16sheba/v1/webhook.proto\x12\bsheba.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16sheba/v1/options.proto\"\x91\x02\n" +
 	"\x0fWebhookEndpoint\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x1f\n" +
@@ -1044,14 +1045,14 @@ const file_sheba_v1_webhook_proto_rawDesc = "" +
 	"\aPENDING\x10\x01\x12\r\n" +
 	"\tSUCCEEDED\x10\x02\x12\n" +
 	"\n" +
-	"\x06FAILED\x10\x032\xfa\x04\n" +
-	"\x0eWebhookService\x12h\n" +
-	"\x15CreateWebhookEndpoint\x12&.sheba.v1.CreateWebhookEndpointRequest\x1a'.sheba.v1.CreateWebhookEndpointResponse\x12_\n" +
-	"\x12GetWebhookEndpoint\x12#.sheba.v1.GetWebhookEndpointRequest\x1a$.sheba.v1.GetWebhookEndpointResponse\x12e\n" +
-	"\x14ListWebhookEndpoints\x12%.sheba.v1.ListWebhookEndpointsRequest\x1a&.sheba.v1.ListWebhookEndpointsResponse\x12h\n" +
-	"\x15DeleteWebhookEndpoint\x12&.sheba.v1.DeleteWebhookEndpointRequest\x1a'.sheba.v1.DeleteWebhookEndpointResponse\x12h\n" +
-	"\x15ListWebhookDeliveries\x12&.sheba.v1.ListWebhookDeliveriesRequest\x1a'.sheba.v1.ListWebhookDeliveriesResponse\x12b\n" +
-	"\x13RotateWebhookSecret\x12$.sheba.v1.RotateWebhookSecretRequest\x1a%.sheba.v1.RotateWebhookSecretResponseB0Z.github.com/shebasvc/sheba/gen/sheba/v1;shebav1b\x06proto3"
+	"\x06FAILED\x10\x032\xd8\a\n" +
+	"\x0eWebhookService\x12\xa1\x01\n" +
+	"\x15CreateWebhookEndpoint\x12&.sheba.v1.CreateWebhookEndpointRequest\x1a'.sheba.v1.CreateWebhookEndpointResponse\"7\xc2\xf3\x18\x02\x18\x01\x82\xd3\xe4\x93\x02+:\x01*b\x10webhook_endpoint\"\x14/v1/webhookEndpoints\x12\xa5\x01\n" +
+	"\x12GetWebhookEndpoint\x12#.sheba.v1.GetWebhookEndpointRequest\x1a$.sheba.v1.GetWebhookEndpointResponse\"D\xc2\xf3\x18\x04\x18\x01 \x01\x82\xd3\xe4\x93\x026b\x10webhook_endpoint\x12\"/v1/webhookEndpoints/{endpoint_id}\x12\x8b\x01\n" +
+	"\x14ListWebhookEndpoints\x12%.sheba.v1.ListWebhookEndpointsRequest\x1a&.sheba.v1.ListWebhookEndpointsResponse\"$\xc2\xf3\x18\x04\x18\x01 \x01\x82\xd3\xe4\x93\x02\x16\x12\x14/v1/webhookEndpoints\x12\x9a\x01\n" +
+	"\x15DeleteWebhookEndpoint\x12&.sheba.v1.DeleteWebhookEndpointRequest\x1a'.sheba.v1.DeleteWebhookEndpointResponse\"0\xc2\xf3\x18\x02\x18\x01\x82\xd3\xe4\x93\x02$*\"/v1/webhookEndpoints/{endpoint_id}\x12\xa7\x01\n" +
+	"\x15ListWebhookDeliveries\x12&.sheba.v1.ListWebhookDeliveriesRequest\x1a'.sheba.v1.ListWebhookDeliveriesResponse\"=\xc2\xf3\x18\x04\x18\x01 \x01\x82\xd3\xe4\x93\x02/\x12-/v1/webhookEndpoints/{endpoint_id}/deliveries\x12\xa4\x01\n" +
+	"\x13RotateWebhookSecret\x12$.sheba.v1.RotateWebhookSecretRequest\x1a%.sheba.v1.RotateWebhookSecretResponse\"@\xc2\xf3\x18\x02\x18\x01\x82\xd3\xe4\x93\x024:\x01*\"//v1/webhookEndpoints/{endpoint_id}:rotateSecretB0Z.github.com/shebasvc/sheba/gen/sheba/v1;shebav1b\x06proto3"
 
 var (
 	file_sheba_v1_webhook_proto_rawDescOnce sync.Once
@@ -1121,6 +1122,7 @@ func file_sheba_v1_webhook_proto_init() {
 	if File_sheba_v1_webhook_proto != nil {
 		return
 	}
+	file_sheba_v1_options_proto_init()
 	file_sheba_v1_webhook_proto_msgTypes[0].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

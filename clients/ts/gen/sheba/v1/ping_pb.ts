@@ -4,13 +4,15 @@
 
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import { file_google_api_annotations } from "../../google/api/annotations_pb.js";
+import { file_sheba_v1_options } from "./options_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file sheba/v1/ping.proto.
  */
 export const file_sheba_v1_ping: GenFile = /*@__PURE__*/
-  fileDesc("ChNzaGViYS92MS9waW5nLnByb3RvEghzaGViYS52MSINCgtQaW5nUmVxdWVzdCIfCgxQaW5nUmVzcG9uc2USDwoHbWVzc2FnZRgBIAEoCTJECgtQaW5nU2VydmljZRI1CgRQaW5nEhUuc2hlYmEudjEuUGluZ1JlcXVlc3QaFi5zaGViYS52MS5QaW5nUmVzcG9uc2VCMFouZ2l0aHViLmNvbS9zaGViYXN2Yy9zaGViYS9nZW4vc2hlYmEvdjE7c2hlYmF2MWIGcHJvdG8z");
+  fileDesc("ChNzaGViYS92MS9waW5nLnByb3RvEghzaGViYS52MSINCgtQaW5nUmVxdWVzdCIfCgxQaW5nUmVzcG9uc2USDwoHbWVzc2FnZRgBIAEoCTJcCgtQaW5nU2VydmljZRJNCgRQaW5nEhUuc2hlYmEudjEuUGluZ1JlcXVlc3QaFi5zaGViYS52MS5QaW5nUmVzcG9uc2UiFsLzGAIIAYLT5JMCChIIL3YxL3BpbmdCMFouZ2l0aHViLmNvbS9zaGViYXN2Yy9zaGViYS9nZW4vc2hlYmEvdjE7c2hlYmF2MWIGcHJvdG8z", [file_google_api_annotations, file_sheba_v1_options]);
 
 /**
  * PingRequest carries nothing.

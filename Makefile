@@ -257,9 +257,11 @@ example-browser: example-browser-build
 
 # The page in headless Chromium (e2e/browserpage_test.go, build tag browser,
 # which make test leaves out) against sheba on a throwaway Postgres: the
-# pong and the list from an allowed origin, the failure from another.
+# pong and the list from an allowed origin, the failure from another. And
+# the API reference page at /docs (e2e/docspage_test.go): every operation
+# shown, no request but to sheba, no CSP violation.
 # Installs Debian's chromium when it is missing and we are root.
 test-browser: example-browser-build
 	bash scripts/need.sh chromium=chromium
 	$(GO) vet -tags browser ./e2e
-	bash scripts/pg.sh test -- $(GO) test -tags browser -count=1 -v -run '^TestBrowserPage' ./e2e
+	bash scripts/pg.sh test -- $(GO) test -tags browser -count=1 -v -run '^(TestBrowserPage|TestDocsPage$$)' ./e2e

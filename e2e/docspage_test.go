@@ -33,13 +33,14 @@ import (
 // Chromium, driven over the DevTools protocol (chromedp), as a reader
 // does: it opens each group of the page's menu, and each operation of the
 // OpenAPI document the page renders, which must show that operation's
-// method and path. Every method of the method table is an operation of
-// that document. Meanwhile it records every request the page makes,
-// which must all go to sheba (nothing else resolves: Chromium's
-// --host-resolver-rules, so a request for another host would also fail
-// rather than leave), every Content-Security-Policy violation the page
-// sees (securitypolicyviolation events, and the browser's log), which
-// must be none, and uncaught exceptions, none either.
+// method and path, and it sends Ping from the page ("Send API Request"),
+// which must show sheba's pong. Every method of the method table is an
+// operation of that document. Meanwhile it records every request the
+// page makes, which must all go to sheba (nothing else resolves:
+// Chromium's --host-resolver-rules, so a request for another host would
+// also fail rather than leave), every Content-Security-Policy violation
+// the page sees (securitypolicyviolation events, and the browser's log),
+// which must be none, and uncaught exceptions, none either.
 func TestDocsPage(t *testing.T) {
 	chromium := chromiumPath(t)
 	e := newTestEnv(t)
@@ -124,6 +125,14 @@ document.addEventListener("securitypolicyviolation", (e) => {
 			t.Errorf("operation %s %s (%s): its page does not show its method and path", op.Method, op.Path, op.ID)
 		}
 	}
+	// The page's own calls: Ping's "Send API Request" gets sheba's pong.
+	for _, op := range ops {
+		if op.Method == http.MethodGet && op.Path == "/v1/ping" {
+			if err := tryPing(ctx, op); err != nil {
+				t.Errorf("send Ping from the page: %v", err)
+			}
+		}
+	}
 	violations, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`window.cspViolations`))
 	if err != nil {
 		t.Fatal(err)
@@ -181,6 +190,27 @@ func showOperation(ctx context.Context, op docsOperation) (bool, error) {
 		return false, nil
 	}
 	return shown, err
+}
+
+// tryPing opens Ping's operation, sends it with the page's "Send API
+// Request", and waits 10 seconds at most for the answer, sheba's pong,
+// to show.
+func tryPing(ctx context.Context, ping docsOperation) error {
+	if shown, err := showOperation(ctx, ping); err != nil || !shown {
+		return fmt.Errorf("Ping's operation not shown (%v)", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	send := chromedp.Search(`//button[normalize-space(.)="Send API Request"]`)
+	if err := chromedp.Do(ctx, chromedp.Click(send, chromedp.NodeVisible)); err != nil {
+		return fmt.Errorf("click Send API Request: %w", err)
+	}
+	_, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.body.innerText.includes('"message": "pong"')`, chromedp.WithPollingTimeout(0)))
+	if err != nil {
+		body, _ := chromedp.Run(context.WithoutCancel(ctx), chromedp.Evaluate[string](`document.body.innerText`))
+		return fmt.Errorf("no pong shown (%v):\n%s", err, body)
+	}
+	return nil
 }
 
 // docsOperation is an operation of the page's OpenAPI document.

@@ -1,8 +1,8 @@
 package gateway_test
 
 import (
+	"bytes"
 	"encoding/json"
-	"io"
 	"io/fs"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/net/html"
 
+	"github.com/shebasvc/sheba/e2e/resttest"
 	"github.com/shebasvc/sheba/gen/docs"
 	"github.com/shebasvc/sheba/server/gateway"
 )
@@ -32,11 +33,11 @@ func TestDocsPage(t *testing.T) {
 	})
 	srv := httptest.NewServer(gateway.Handler(rest, gateway.Operator{Elsewhere: true}))
 	t.Cleanup(srv.Close)
-	pageURL := srv.URL + "/docs"
+	c := resttest.Client{BaseURL: srv.URL, HTTP: srv.Client()}
 
-	page := docsGet(t, srv.Client(), http.MethodGet, pageURL, "")
-	if page.StatusCode != http.StatusOK {
-		t.Fatalf("GET /docs: got %d, want 200", page.StatusCode)
+	page := c.Do(t, http.MethodGet, "/docs", "")
+	if page.Code != http.StatusOK {
+		t.Fatalf("GET /docs: got %d, want 200", page.Code)
 	}
 	wantHeaders(t, "GET /docs", page.Header, map[string]string{
 		"Content-Type":            "text/html; charset=utf-8",
@@ -51,7 +52,7 @@ func TestDocsPage(t *testing.T) {
 
 	// What the page loads: one script and one stylesheet, each a file of
 	// gen/docs, and nothing inline (the policy allows no inline script).
-	doc, err := html.Parse(strings.NewReader(page.body))
+	doc, err := html.Parse(strings.NewReader(string(page.Body)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,54 +89,52 @@ func TestDocsPage(t *testing.T) {
 		if path.Base(f.ref) != f.name {
 			t.Errorf("the page loads %q, want gen/docs's %s", f.ref, f.name)
 		}
-		r := docsGet(t, srv.Client(), http.MethodGet, resolve(t, pageURL, f.ref), "")
-		wantAsset(t, f.ref, r, f.name, f.contentType)
+		wantAsset(t, f.ref, c.Do(t, http.MethodGet, resolve(t, f.ref), ""), f.name, f.contentType)
 	}
 
 	// The licenses are served beside the files they are for.
 	for _, name := range []string{"LICENSE", "web-components.min.js.LICENSE.txt"} {
 		ref := path.Join(path.Dir(scripts[0]), name)
-		r := docsGet(t, srv.Client(), http.MethodGet, resolve(t, pageURL, ref), "")
-		wantAsset(t, ref, r, name, "text/plain; charset=utf-8")
+		wantAsset(t, ref, c.Do(t, http.MethodGet, resolve(t, ref), ""), name, "text/plain; charset=utf-8")
 	}
 
 	// The document the page renders is an OpenAPI document sheba serves.
 	if document == "" {
 		t.Fatal("the page names no document (<elements-api apiDescriptionUrl>)")
 	}
-	r := docsGet(t, srv.Client(), http.MethodGet, resolve(t, pageURL, document), "")
+	r := c.Do(t, http.MethodGet, resolve(t, document), "")
 	var openapi struct {
 		Swagger, OpenAPI string
 		Paths            map[string]any
 	}
-	if r.StatusCode != http.StatusOK || json.Unmarshal([]byte(r.body), &openapi) != nil ||
+	if r.Code != http.StatusOK || json.Unmarshal(r.Body, &openapi) != nil ||
 		openapi.Swagger+openapi.OpenAPI == "" || len(openapi.Paths) == 0 {
-		t.Errorf("the page's document %q: got %d %.100q, want an OpenAPI document", document, r.StatusCode, r.body)
+		t.Errorf("the page's document %q: got %d %.100q, want an OpenAPI document", document, r.Code, r.Body)
 	}
 
 	// Revalidation, HEAD, and what is not there.
-	if r := docsGet(t, srv.Client(), http.MethodGet, pageURL, etag); r.StatusCode != http.StatusNotModified {
-		t.Errorf("GET /docs with If-None-Match %s: got %d, want 304", etag, r.StatusCode)
+	if r := c.Do(t, http.MethodGet, "/docs", "", "If-None-Match", etag); r.Code != http.StatusNotModified {
+		t.Errorf("GET /docs with If-None-Match %s: got %d, want 304", etag, r.Code)
 	}
-	if r := docsGet(t, srv.Client(), http.MethodHead, pageURL, ""); r.StatusCode != http.StatusOK || r.body != "" ||
+	if r := c.Do(t, http.MethodHead, "/docs", ""); r.Code != http.StatusOK || len(r.Body) != 0 ||
 		r.Header.Get("Content-Security-Policy") != docsCSP {
-		t.Errorf("HEAD /docs: got %d %q, CSP %q; want 200, no body, the page's CSP", r.StatusCode, r.body, r.Header.Get("Content-Security-Policy"))
+		t.Errorf("HEAD /docs: got %d %q, CSP %q; want 200, no body, the page's CSP", r.Code, r.Body, r.Header.Get("Content-Security-Policy"))
 	}
 	// Other methods go to rest, as they do for /openapi.json.
-	if r := docsGet(t, srv.Client(), http.MethodPost, pageURL, ""); r.StatusCode != http.StatusTeapot {
-		t.Errorf("POST /docs: got %d, want rest's 418", r.StatusCode)
+	if r := c.Do(t, http.MethodPost, "/docs", ""); r.Code != http.StatusTeapot {
+		t.Errorf("POST /docs: got %d, want rest's 418", r.Code)
 	}
-	if r := docsGet(t, srv.Client(), http.MethodGet, resolve(t, pageURL, path.Join(path.Dir(scripts[0]), "nope.js")), ""); r.StatusCode != http.StatusNotFound {
-		t.Errorf("GET a file the page does not have: got %d, want 404", r.StatusCode)
+	if r := c.Do(t, http.MethodGet, resolve(t, path.Join(path.Dir(scripts[0]), "nope.js")), ""); r.Code != http.StatusNotFound {
+		t.Errorf("GET a file the page does not have: got %d, want 404", r.Code)
 	}
 }
 
 // wantAsset checks the answer r to ref, a file of the page: 200, the
 // headers of /docs, cached for good, and the bytes of gen/docs's name.
-func wantAsset(t *testing.T, ref string, r docsResponse, name, contentType string) {
+func wantAsset(t *testing.T, ref string, r response, name, contentType string) {
 	t.Helper()
-	if r.StatusCode != http.StatusOK {
-		t.Errorf("GET %s: got %d, want 200", ref, r.StatusCode)
+	if r.Code != http.StatusOK {
+		t.Errorf("GET %s: got %d, want 200", ref, r.Code)
 		return
 	}
 	wantHeaders(t, "GET "+ref, r.Header, map[string]string{
@@ -148,37 +147,9 @@ func wantAsset(t *testing.T, ref string, r docsResponse, name, contentType strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.body != string(want) {
-		t.Errorf("GET %s: got %d bytes, want the %d of gen/docs/elements/%s", ref, len(r.body), len(want), name)
+	if !bytes.Equal(r.Body, want) {
+		t.Errorf("GET %s: got %d bytes, want the %d of gen/docs/elements/%s", ref, len(r.Body), len(want), name)
 	}
-}
-
-type docsResponse struct {
-	*http.Response
-	body string
-}
-
-// docsGet sends a request without a key, with If-None-Match when etag is
-// set, and reads the answer.
-func docsGet(t *testing.T, c *http.Client, method, target, etag string) docsResponse {
-	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), method, target, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if etag != "" {
-		req.Header.Set("If-None-Match", etag)
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return docsResponse{resp, string(b)}
 }
 
 func wantHeaders(t *testing.T, what string, h http.Header, want map[string]string) {
@@ -190,18 +161,15 @@ func wantHeaders(t *testing.T, what string, h http.Header, want map[string]strin
 	}
 }
 
-// resolve resolves ref, a URL on the page, against the page's URL.
-func resolve(t *testing.T, base, ref string) string {
+// resolve resolves ref, a URL on the page, against the page's URL, and
+// returns its path.
+func resolve(t *testing.T, ref string) string {
 	t.Helper()
-	b, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
 	r, err := url.Parse(ref)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return b.ResolveReference(r).String()
+	return (&url.URL{Path: "/docs"}).ResolveReference(r).RequestURI()
 }
 
 func attr(n *html.Node, name string) string {

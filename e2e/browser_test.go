@@ -585,10 +585,10 @@ func TestBrowserCORS(t *testing.T) {
 		wantNoGrant(t, r)
 	})
 	t.Run("not the API", func(t *testing.T) {
-		// The OpenAPI document and the operator endpoints are not
+		// The OpenAPI document, its page and the operator endpoints are not
 		// granted CORS (docs/browser.md#cors), a preflight for them
 		// neither.
-		for _, path := range []string{"/openapi.json", "/livez"} {
+		for _, path := range []string{"/openapi.json", "/docs", "/livez"} {
 			wantNoGrant(t, preflight(t, on, allowed, path))
 			r := on.do(t, http.MethodGet, path, "", "Origin", allowed)
 			wantNoGrant(t, r)

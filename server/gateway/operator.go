@@ -22,7 +22,8 @@ type Operator struct {
 
 // Handler serves the operator endpoints (docs/operations.md#ports-and-endpoints),
 // which no key, limit or shedding ever touches, unless they are served
-// elsewhere, and the OpenAPI document and everything else with rest.
+// elsewhere, the OpenAPI document and its reference page (/docs) just as
+// freely, and everything else with rest.
 func Handler(rest http.Handler, op Operator) http.Handler {
 	mux := handlerMux(rest, op)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -45,6 +46,7 @@ func handlerMux(rest http.Handler, op Operator) *http.ServeMux {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, openapiv2.Document)
 	})
+	handleDocs(mux)
 	mux.Handle("/", rest)
 	return mux
 }

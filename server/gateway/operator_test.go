@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+
+	"github.com/shebasvc/sheba/gen/docs"
 )
 
 // TestHandlerServesAsItsMux checks that Handler, which gives the API's
@@ -44,6 +46,9 @@ func TestHandlerServesAsItsMux(t *testing.T) {
 		{http.MethodGet, "/metrics"},
 		{http.MethodPost, "/metrics"},
 		{http.MethodGet, "/openapi.json"},
+		{http.MethodGet, "/docs"},
+		{http.MethodPost, "/docs"},
+		{http.MethodGet, "/docs/elements-" + docs.ElementsVersion + "/styles.min.css"},
 		{http.MethodGet, "/"},
 	} {
 		serve := func(h http.Handler) *httptest.ResponseRecorder {

@@ -1,8 +1,12 @@
 package gateway
 
 import (
+	"context"
 	"net/http"
 
+	"google.golang.org/protobuf/proto"
+
+	"github.com/shebasvc/sheba/codec/httpcompress"
 	"github.com/shebasvc/sheba/internal/etag"
 )
 
@@ -22,4 +26,37 @@ var ifMatchHeader = http.CanonicalHeaderKey(etag.MetadataKey)
 // rather than the 409 of its code.
 func hasIfMatch(r *http.Request) bool {
 	return etag.NewCondition("", r.Header[ifMatchHeader]).HasIfMatch()
+}
+
+// etagged is a message with an etag: a resource of AIP-154.
+type etagged interface {
+	GetEtag() string
+}
+
+// responseBody is the wrapper of a response whose REST answer is one of
+// its fields (response_body in the HTTP rule), as grpc-gateway writes it.
+type responseBody interface {
+	XXX_ResponseBody() any
+}
+
+// writeETag is the forward-response option that writes the ETag header of
+// an answer whose body is a resource with an etag (a Subscription): the
+// etag, quoted as a strong entity tag. The header is the body's, so a
+// replayed answer (whose body is the recorded one) repeats it. The answer
+// goes uncompressed: a strong tag names the bytes sent, which a content
+// coding would change (RFC 9110 §8.8.3); such answers are a few hundred
+// bytes, under compression.min_bytes unless it is set lower.
+func writeETag(_ context.Context, w http.ResponseWriter, resp proto.Message) error {
+	var body any = resp
+	if rb, ok := resp.(responseBody); ok {
+		body = rb.XXX_ResponseBody()
+	}
+	r, ok := body.(etagged)
+	if !ok || r.GetEtag() == "" {
+		return nil
+	}
+	h := w.Header()
+	h.Set("ETag", etag.Quote(r.GetEtag()))
+	h.Set(httpcompress.NoCompression, "1")
+	return nil
 }

@@ -35,6 +35,16 @@ func wantETagHeader(t *testing.T, r response, sub any) {
 	}
 }
 
+// etagOf returns the etag of a decoded Subscription, which must have one.
+func etagOf(t *testing.T, sub map[string]any) string {
+	t.Helper()
+	e, _ := sub["etag"].(string)
+	if !etagRE.MatchString(e) {
+		t.Fatalf("etag %q in %v: want 16 characters of base64url", e, sub)
+	}
+	return e
+}
+
 // wantNoETagHeader checks that r carries no ETag header.
 func wantNoETagHeader(t *testing.T, what string, r response) {
 	t.Helper()
@@ -74,7 +84,8 @@ func wantETagMismatch(t *testing.T, r response, httpCode int) {
 	details, _ := st["details"].([]any)
 	var reasons []any
 	for _, d := range details {
-		if info, _ := d.(map[string]any); strings.HasSuffix(info["@type"].(string), "/google.rpc.ErrorInfo") {
+		info, _ := d.(map[string]any)
+		if typ, _ := info["@type"].(string); strings.HasSuffix(typ, "/google.rpc.ErrorInfo") {
 			reasons = append(reasons, info["domain"], info["reason"])
 		}
 	}
@@ -120,7 +131,7 @@ func TestETagHeader(t *testing.T) {
 	c := g.cborDo(t, http.MethodGet, path, nil)
 	wantCode(t, c, http.StatusOK)
 	wantETagHeader(t, c, cborOf(t, c))
-	if c.Header.Get("ETag") != `"`+created["etag"].(string)+`"` {
+	if c.Header.Get("ETag") != `"`+etagOf(t, created)+`"` {
 		t.Errorf("CBOR GET %s: ETag %q, want the JSON answer's", path, c.Header.Get("ETag"))
 	}
 
@@ -164,7 +175,7 @@ func TestCancelETagField(t *testing.T) {
 		t.Errorf("after mismatches: etag %q, want %q", got, sub["etag"])
 	}
 
-	r = g.do(t, http.MethodPost, cancel, `{"etag":"`+sub["etag"].(string)+`"}`)
+	r = g.do(t, http.MethodPost, cancel, `{"etag":"`+etagOf(t, sub)+`"}`)
 	wantCode(t, r, http.StatusOK)
 	canceled := r.JSON(t)
 	wantETagHeader(t, r, canceled)
@@ -176,7 +187,7 @@ func TestCancelETagField(t *testing.T) {
 	}
 
 	// 404 comes before the etag is looked at.
-	for _, e := range []string{stale, sub["etag"].(string), canceled["etag"].(string)} {
+	for _, e := range []string{stale, etagOf(t, sub), etagOf(t, canceled)} {
 		resttest.WantError(t, g.do(t, http.MethodPost, cancel, `{"etag":"`+e+`"}`), http.StatusNotFound, codes.NotFound, "")
 	}
 }
@@ -244,7 +255,7 @@ func TestCancelIfMatch(t *testing.T) {
 	} {
 		t.Run(test.name, func(t *testing.T) {
 			id, sub := g.newSubscription(t, fmt.Sprintf("user%d", i))
-			e := sub["etag"].(string)
+			e := etagOf(t, sub)
 			field := ""
 			if test.field != nil {
 				field = test.field(e)

@@ -3,10 +3,13 @@ package gateway
 import (
 	"context"
 	"net/http"
+	"slices"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/shebasvc/sheba/codec/httpcompress"
+	"github.com/shebasvc/sheba/interceptors/callinfo"
 	"github.com/shebasvc/sheba/internal/etag"
 )
 
@@ -26,6 +29,33 @@ var ifMatchHeader = http.CanonicalHeaderKey(etag.MetadataKey)
 // rather than the 409 of its code.
 func hasIfMatch(r *http.Request) bool {
 	return etag.NewCondition("", r.Header[ifMatchHeader]).HasIfMatch()
+}
+
+// ifMatchValues returns the If-Match header lines vs as metadata can carry
+// them. metadataValues would leave out a line that is not printable ASCII,
+// and with it the condition: a change under If-Match: "é" would be made
+// unconditionally. Here such a line is kept, each byte that metadata cannot
+// carry replaced by one that reads alike in If-Match (a tab by a space,
+// which are both whitespace there; any other by '?', which, as the byte it
+// replaces, belongs in an entity tag but in none of sheba's etags), so the
+// condition matches what it matched: nothing more.
+func ifMatchValues(vs []string) []string {
+	if !slices.ContainsFunc(vs, func(v string) bool { return !callinfo.MetadataText(v) }) {
+		return slices.Clip(vs)
+	}
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = strings.Map(func(r rune) rune {
+			switch {
+			case r == '\t':
+				return ' '
+			case r < ' ' || r > '~':
+				return '?'
+			}
+			return r
+		}, v)
+	}
+	return out
 }
 
 // etagged is a message with an etag: a resource of AIP-154.

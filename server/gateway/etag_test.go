@@ -246,6 +246,10 @@ func TestCancelIfMatch(t *testing.T) {
 		{name: "list without it", ifMatch: func(string) []string { return []string{quoted(other) + `, "BBBBBBBBBBBBBBBB"`} }, want: http.StatusPreconditionFailed},
 		{name: "weak", ifMatch: func(e string) []string { return []string{"W/" + quoted(e)} }, want: http.StatusPreconditionFailed},
 		{name: "unquoted", ifMatch: func(e string) []string { return []string{e} }, want: http.StatusPreconditionFailed},
+		// Bytes that metadata cannot carry keep their meaning: a tag
+		// with them names no etag of sheba's, and the list goes on.
+		{name: "not ASCII", ifMatch: func(string) []string { return []string{`"é"`} }, want: http.StatusPreconditionFailed},
+		{name: "not ASCII, then current", ifMatch: func(e string) []string { return []string{"\"é\",\t" + quoted(e)} }, want: http.StatusOK},
 		// With both, both must hold, and a request that carried If-Match
 		// is answered 412.
 		{name: "current, the field another", ifMatch: func(e string) []string { return []string{quoted(e)} },

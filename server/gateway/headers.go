@@ -123,7 +123,11 @@ func incomingMetadata(ctx context.Context) (metadata.MD, *callContext) {
 		md = make(metadata.MD, len(channelHeaders)+1)
 	}
 	for key, name := range channelHeaders {
-		if vs := metadataValues(rc.header[name]); len(vs) > 0 {
+		values := metadataValues
+		if key == etag.MetadataKey {
+			values = ifMatchValues
+		}
+		if vs := values(rc.header[name]); len(vs) > 0 {
 			md[key] = append(vs, md[key]...)
 		}
 	}

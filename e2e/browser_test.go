@@ -553,6 +553,15 @@ func TestBrowserCORS(t *testing.T) {
 			}
 		}
 	})
+	t.Run("preflight of a conditional change", func(t *testing.T) {
+		// A page that cancels under If-Match (docs/api.md#etags).
+		r := on.do(t, http.MethodOptions, "/v1/accounts/"+unknownID+"/subscription:cancel", "", "X-Api-Key", "", "Origin", allowed,
+			"Access-Control-Request-Method", "POST", "Access-Control-Request-Headers", "content-type,if-match,x-api-key")
+		wantCode(t, r, http.StatusNoContent)
+		if got := r.Header.Get("Access-Control-Allow-Headers"); got != "content-type,if-match,x-api-key" {
+			t.Errorf("Access-Control-Allow-Headers: got %q, want content-type,if-match,x-api-key", got)
+		}
+	})
 	t.Run("preflight refused", func(t *testing.T) {
 		r := preflight(t, on, refused, "/v1/ping")
 		wantNoGrant(t, r)
@@ -568,7 +577,7 @@ func TestBrowserCORS(t *testing.T) {
 			exposed[http.CanonicalHeaderKey(strings.TrimSpace(h))] = true
 		}
 		for _, h := range []string{"Grpc-Status", "Grpc-Message", "Grpc-Status-Details-Bin", "Connect-Content-Encoding",
-			"Ratelimit", "Ratelimit-Policy", "Retry-After", "X-Request-Id", "Idempotent-Replayed"} {
+			"Ratelimit", "Ratelimit-Policy", "Retry-After", "X-Request-Id", "Idempotent-Replayed", "Etag"} {
 			if !exposed[h] {
 				t.Errorf("%s not in Access-Control-Expose-Headers %q", h, r.Header.Get("Access-Control-Expose-Headers"))
 			}

@@ -22,6 +22,7 @@ func subscriptionToProto(s store.Subscription) *shebav1.Subscription {
 		Plan:       s.Plan,
 		Status:     statusToProto(s.Status),
 		CreateTime: timestamppb.New(s.CreateTime),
+		Etag:       s.ETag(),
 	}
 	if s.CancelTime != nil {
 		p.CancelTime = timestamppb.New(*s.CancelTime)

@@ -3,8 +3,11 @@ package server
 import (
 	"context"
 
+	"google.golang.org/grpc/metadata"
+
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/interceptors/reason"
+	"github.com/shebasvc/sheba/internal/etag"
 	"github.com/shebasvc/sheba/store"
 )
 
@@ -92,15 +95,24 @@ func (s *subscriptionServer) GetSubscription(ctx context.Context, req *shebav1.G
 	return &shebav1.GetSubscriptionResponse{Subscription: subscriptionToProto(sub)}, nil
 }
 
+// condition returns the condition (AIP-154) of a change of a call with ctx
+// whose request carries field as its etag: that field, and the call's
+// if-match metadata (the If-Match header of a REST call), alike on every
+// transport.
+func condition(ctx context.Context, field string) etag.Condition {
+	return etag.NewCondition(field, metadata.ValueFromIncomingContext(ctx, etag.MetadataKey))
+}
+
 // CancelSubscription cancels the active subscription. Codes: InvalidArgument,
-// NotFound.
+// NotFound, Aborted (etag mismatch: nothing changed).
 func (s *subscriptionServer) CancelSubscription(ctx context.Context, req *shebav1.CancelSubscriptionRequest) (*shebav1.CancelSubscriptionResponse, error) {
 	id, err := checkAccountID(req)
 	if err != nil {
 		return nil, err
 	}
+	cond := condition(ctx, req.GetEtag())
 	sub, err := s.changeSubscription(ctx, EventSubscriptionCanceled, func(ctx context.Context) (store.Subscription, error) {
-		return s.store.CancelSubscription(ctx, id)
+		return s.store.CancelSubscription(ctx, id, cond)
 	})
 	if err != nil {
 		return nil, s.errs.toStatus(ctx, "cancel subscription", err, reason.Own{NotFound: errNoSubscription})

@@ -22,6 +22,11 @@ var (
 	// ErrConflict means the write would break a uniqueness rule, such as a
 	// taken username or a second active subscription.
 	ErrConflict = errors.New("conflict")
+	// ErrETagMismatch means the etag a conditional change was made under
+	// (AIP-154: a request's etag, If-Match) is not the resource's current
+	// one: the resource changed since the client read it, and the change
+	// was not made.
+	ErrETagMismatch = errors.New("etag mismatch")
 	// ErrLimit means the write would take more than a limit allows, such
 	// as an API key's most webhook endpoints.
 	ErrLimit = errors.New("limit reached")
@@ -154,7 +159,7 @@ func (s *Store) Ping(ctx context.Context) error {
 // A connection that could not be made, or broke before the query was
 // answered, is ErrUnavailable; the driver's error stays wrapped for the log.
 func translate(err error) error {
-	if err == nil || errors.Is(err, ErrNotFound) || errors.Is(err, ErrConflict) || errors.Is(err, ErrLimit) || errors.Is(err, ErrUnavailable) {
+	if err == nil || errors.Is(err, ErrNotFound) || errors.Is(err, ErrConflict) || errors.Is(err, ErrLimit) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrETagMismatch) {
 		return err
 	}
 	if errors.Is(err, pgx.ErrNoRows) {

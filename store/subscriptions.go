@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/shebasvc/sheba/internal/etag"
 )
 
 // Status is the state of a subscription.
@@ -28,13 +30,25 @@ type Subscription struct {
 	CreateTime time.Time
 	// CancelTime is nil while the subscription is active.
 	CancelTime *time.Time
+	// Version counts the changes: 1 at creation, one more at each change
+	// (migrations/000008_subscription_version.up.sql).
+	Version int64
 }
 
-// scanSubscription reads the columns id, account_id, plan, status,
-// create_time, cancel_time.
+// ETag returns the subscription's etag (AIP-154), which names its version:
+// it changes with every change of the subscription, and only then.
+func (s Subscription) ETag() string {
+	return etag.Of(s.ID, s.Version)
+}
+
+// subscriptionColumns are the columns scanSubscription reads, in its
+// order.
+const subscriptionColumns = `id, account_id, plan, status, create_time, cancel_time, version`
+
+// scanSubscription reads the subscriptionColumns.
 func scanSubscription(row pgx.CollectableRow) (Subscription, error) {
 	var sub Subscription
-	if err := row.Scan(&sub.ID, &sub.AccountID, &sub.Plan, &sub.Status, &sub.CreateTime, &sub.CancelTime); err != nil {
+	if err := row.Scan(&sub.ID, &sub.AccountID, &sub.Plan, &sub.Status, &sub.CreateTime, &sub.CancelTime, &sub.Version); err != nil {
 		return Subscription{}, err
 	}
 	sub.CreateTime = sub.CreateTime.UTC()
@@ -55,7 +69,7 @@ func (s *Store) CreateSubscription(ctx context.Context, accountID, plan string) 
 	rows, _ := s.db(ctx).Query(ctx, `
 		INSERT INTO subscriptions (account_id, plan, status)
 		VALUES ($1, $2, 'active')
-		RETURNING id, account_id, plan, status, create_time, cancel_time`,
+		RETURNING `+subscriptionColumns,
 		accountID, plan)
 	sub, err := pgx.CollectExactlyOneRow(rows, scanSubscription)
 	if err != nil {
@@ -70,7 +84,7 @@ func (s *Store) GetActiveSubscription(ctx context.Context, accountID string) (Su
 	// The status predicate matches the partial unique index, which answers
 	// this query.
 	rows, _ := s.db(ctx).Query(ctx, `
-		SELECT id, account_id, plan, status, create_time, cancel_time
+		SELECT `+subscriptionColumns+`
 		FROM subscriptions
 		WHERE account_id = $1 AND status = 'active'`,
 		accountID)
@@ -81,21 +95,72 @@ func (s *Store) GetActiveSubscription(ctx context.Context, accountID string) (Su
 	return sub, nil
 }
 
-// CancelSubscription cancels the account's active subscription and returns it
-// as canceled. It returns ErrNotFound if the account has no active
-// subscription.
-func (s *Store) CancelSubscription(ctx context.Context, accountID string) (Subscription, error) {
-	// One UPDATE: of two concurrent cancels, the second waits for the row
-	// lock, re-checks status and matches nothing, so it gets ErrNotFound.
+// CancelSubscription cancels the account's active subscription if cond
+// allows its etag, and returns it as canceled, with its next version. It
+// returns ErrNotFound if the account has no active subscription, and
+// ErrETagMismatch (changing nothing) if cond refuses its etag; not found
+// comes first.
+func (s *Store) CancelSubscription(ctx context.Context, accountID string, cond etag.Condition) (Subscription, error) {
+	var (
+		sub Subscription
+		err error
+	)
+	if cond.IsZero() {
+		// One UPDATE: of two concurrent cancels, the second waits for the
+		// row lock, re-checks status and matches nothing, so it gets
+		// ErrNotFound.
+		rows, _ := s.db(ctx).Query(ctx, `
+			UPDATE subscriptions
+			SET status = 'canceled', cancel_time = now(), version = version + 1
+			WHERE account_id = $1 AND status = 'active'
+			RETURNING `+subscriptionColumns,
+			accountID)
+		sub, err = pgx.CollectExactlyOneRow(rows, scanSubscription)
+	} else {
+		err = s.InTx(ctx, func(ctx context.Context) error {
+			cur, err := s.lockActiveSubscription(ctx, accountID, cond)
+			if err != nil {
+				return err
+			}
+			rows, _ := s.db(ctx).Query(ctx, `
+				UPDATE subscriptions
+				SET status = 'canceled', cancel_time = now(), version = version + 1
+				WHERE id = $1
+				RETURNING `+subscriptionColumns,
+				cur.ID)
+			sub, err = pgx.CollectExactlyOneRow(rows, scanSubscription)
+			return err
+		})
+	}
+	if err != nil {
+		return Subscription{}, fmt.Errorf("cancel subscription of account %q: %w", accountID, translate(err))
+	}
+	return sub, nil
+}
+
+// lockActiveSubscription returns the account's active subscription, locked
+// until the transaction of ctx ends, if cond allows its etag: what a
+// conditional change (AIP-154) checks in its transaction before it writes.
+// It returns ErrNotFound if the account has none active (so 404 comes
+// before a mismatch), and ErrETagMismatch if cond refuses its etag. Call it
+// within InTx: outside a transaction the lock ends with the statement, and
+// the check with it.
+func (s *Store) lockActiveSubscription(ctx context.Context, accountID string, cond etag.Condition) (Subscription, error) {
+	// FOR UPDATE waits for a concurrent change of the row to commit, then
+	// reads the row as that change left it (and skips it if it is active
+	// no more): the etag checked is the one the write below replaces.
 	rows, _ := s.db(ctx).Query(ctx, `
-		UPDATE subscriptions
-		SET status = 'canceled', cancel_time = now()
+		SELECT `+subscriptionColumns+`
+		FROM subscriptions
 		WHERE account_id = $1 AND status = 'active'
-		RETURNING id, account_id, plan, status, create_time, cancel_time`,
+		FOR UPDATE`,
 		accountID)
 	sub, err := pgx.CollectExactlyOneRow(rows, scanSubscription)
 	if err != nil {
-		return Subscription{}, fmt.Errorf("cancel subscription of account %q: %w", accountID, translate(err))
+		return Subscription{}, translate(err)
+	}
+	if !cond.Match(sub.ETag()) {
+		return Subscription{}, ErrETagMismatch
 	}
 	return sub, nil
 }
@@ -147,7 +212,7 @@ func (s *Store) ListSubscriptions(ctx context.Context, p ListSubscriptionsParams
 		where = append(where, "(create_time, id) < ("+arg(p.After.CreateTime)+", "+arg(p.After.ID)+")")
 	}
 	sql := `
-		SELECT id, account_id, plan, status, create_time, cancel_time
+		SELECT ` + subscriptionColumns + `
 		FROM subscriptions`
 	if len(where) > 0 {
 		sql += `

@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/shebasvc/sheba/internal/etag"
 	"github.com/shebasvc/sheba/store"
 	"github.com/shebasvc/sheba/store/storetest"
 )
@@ -30,7 +31,7 @@ func TestCreateSubscription(t *testing.T) {
 	if err != nil {
 		t.Fatalf("CreateSubscription: %v", err)
 	}
-	want := store.Subscription{AccountID: ada.ID, Plan: "pro", Status: store.StatusActive}
+	want := store.Subscription{AccountID: ada.ID, Plan: "pro", Status: store.StatusActive, Version: 1}
 	if diff := cmp.Diff(want, got, ignoreGenerated); diff != "" {
 		t.Errorf("CreateSubscription mismatch (-want +got):\n%s", diff)
 	}
@@ -169,7 +170,7 @@ func TestGetActiveSubscription(t *testing.T) {
 		})
 	}
 
-	if _, err := s.CancelSubscription(t.Context(), ada.ID); err != nil {
+	if _, err := s.CancelSubscription(t.Context(), ada.ID, etag.Condition{}); err != nil {
 		t.Fatalf("CancelSubscription: %v", err)
 	}
 	if _, err := s.GetActiveSubscription(t.Context(), ada.ID); !errors.Is(err, store.ErrNotFound) {
@@ -191,7 +192,7 @@ func TestCancelSubscription(t *testing.T) {
 		{name: "malformed account id", accountID: "not-a-uuid"},
 	} {
 		t.Run(test.name, func(t *testing.T) {
-			if _, err := s.CancelSubscription(t.Context(), test.accountID); !errors.Is(err, store.ErrNotFound) {
+			if _, err := s.CancelSubscription(t.Context(), test.accountID, etag.Condition{}); !errors.Is(err, store.ErrNotFound) {
 				t.Errorf("CancelSubscription(%q): got %v, want ErrNotFound", test.accountID, err)
 			}
 		})
@@ -201,12 +202,13 @@ func TestCancelSubscription(t *testing.T) {
 	if err != nil {
 		t.Fatalf("CreateSubscription: %v", err)
 	}
-	canceled, err := s.CancelSubscription(t.Context(), ada.ID)
+	canceled, err := s.CancelSubscription(t.Context(), ada.ID, etag.Condition{})
 	if err != nil {
 		t.Fatalf("CancelSubscription: %v", err)
 	}
 	want := first
 	want.Status = store.StatusCanceled
+	want.Version = 2
 	if diff := cmp.Diff(want, canceled, cmpopts.IgnoreFields(store.Subscription{}, "CancelTime")); diff != "" {
 		t.Errorf("CancelSubscription mismatch (-want +got):\n%s", diff)
 	}
@@ -218,7 +220,7 @@ func TestCancelSubscription(t *testing.T) {
 		t.Errorf("CancelTime %v is before CreateTime %v", *canceled.CancelTime, canceled.CreateTime)
 	}
 
-	if _, err := s.CancelSubscription(t.Context(), ada.ID); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.CancelSubscription(t.Context(), ada.ID, etag.Condition{}); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("second CancelSubscription: got %v, want ErrNotFound", err)
 	}
 
@@ -236,6 +238,94 @@ func TestCancelSubscription(t *testing.T) {
 	}
 	if diff := cmp.Diff(second, active); diff != "" {
 		t.Errorf("active subscription mismatch (-want +got):\n%s", diff)
+	}
+}
+
+// TestCancelSubscriptionETag checks a conditional cancel: under a
+// condition the etag does not meet it changes nothing; under one it meets
+// it cancels, and the etag changes; an account with no active subscription
+// is ErrNotFound whatever the condition.
+func TestCancelSubscriptionETag(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	ada := mustCreateAccount(t, s, "ada")
+	first, err := s.CreateSubscription(t.Context(), ada.ID, "pro")
+	if err != nil {
+		t.Fatalf("CreateSubscription: %v", err)
+	}
+	if got, want := first.ETag(), etag.Of(first.ID, 1); got != want {
+		t.Errorf("ETag of a new subscription: got %q, want %q", got, want)
+	}
+	quoted := etag.Quote(first.ETag())
+	for _, test := range []struct {
+		name string
+		cond etag.Condition
+	}{
+		{"another etag", etag.NewCondition(etag.Of(first.ID, 2), nil)},
+		{"another subscription's", etag.NewCondition(etag.Of(uuid.NewString(), 1), nil)},
+		{"If-Match, another etag", etag.NewCondition("", []string{`"` + etag.Of(first.ID, 2) + `"`})},
+		{"If-Match, weak", etag.NewCondition("", []string{"W/" + quoted})},
+		{"field matches, If-Match not", etag.NewCondition(first.ETag(), []string{`"x"`})},
+	} {
+		t.Run(test.name, func(t *testing.T) {
+			if _, err := s.CancelSubscription(t.Context(), ada.ID, test.cond); !errors.Is(err, store.ErrETagMismatch) {
+				t.Errorf("CancelSubscription: got %v, want ErrETagMismatch", err)
+			}
+			active, err := s.GetActiveSubscription(t.Context(), ada.ID)
+			if err != nil {
+				t.Fatalf("GetActiveSubscription: %v", err)
+			}
+			if diff := cmp.Diff(first, active); diff != "" {
+				t.Errorf("after a refused cancel (-want +got):\n%s", diff)
+			}
+		})
+	}
+
+	canceled, err := s.CancelSubscription(t.Context(), ada.ID, etag.NewCondition(first.ETag(), []string{`"x", ` + quoted}))
+	if err != nil {
+		t.Fatalf("CancelSubscription with the current etag: %v", err)
+	}
+	if canceled.Status != store.StatusCanceled || canceled.Version != 2 || canceled.ETag() == first.ETag() {
+		t.Errorf("canceled: got %+v (etag %q), want canceled at version 2 with an etag other than %q", canceled, canceled.ETag(), first.ETag())
+	}
+	for _, cond := range []etag.Condition{etag.NewCondition(canceled.ETag(), nil), etag.NewCondition("", []string{"*"})} {
+		if _, err := s.CancelSubscription(t.Context(), ada.ID, cond); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("CancelSubscription of a canceled subscription under %+v: got %v, want ErrNotFound", cond, err)
+		}
+	}
+}
+
+// TestCancelSubscriptionETagConcurrent races conditional cancels of one
+// subscription under its etag: the row lock lets one win, and the others
+// find no active subscription.
+func TestCancelSubscriptionETagConcurrent(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	ada := mustCreateAccount(t, s, "ada")
+	sub, err := s.CreateSubscription(t.Context(), ada.ID, "pro")
+	if err != nil {
+		t.Fatalf("CreateSubscription: %v", err)
+	}
+	const n = 8
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			_, errs[i] = s.CancelSubscription(t.Context(), ada.ID, etag.NewCondition(sub.ETag(), nil))
+		})
+	}
+	wg.Wait()
+	won := 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			won++
+		case !errors.Is(err, store.ErrNotFound):
+			t.Errorf("cancel %d: got %v, want nil or ErrNotFound", i, err)
+		}
+	}
+	if won != 1 {
+		t.Errorf("got %d cancels through, want 1", won)
 	}
 }
 
@@ -261,6 +351,9 @@ func TestListSubscriptions(t *testing.T) {
 			Plan:       plans[i%len(plans)],
 			Status:     store.StatusActive,
 			CreateTime: base.Add(-time.Duration(i/4) * time.Second),
+			// The column's default, as the rows written before versions
+			// were counted read.
+			Version: 1,
 		}
 		if i >= len(accounts) {
 			sub.Status = store.StatusCanceled

@@ -35,7 +35,7 @@ func TestDeliverySignedAndRecorded(t *testing.T) {
 	account := &shebav1.Account{Id: uuid.NewString(), Username: "wendy", CreateTime: created}
 	sub := &shebav1.Subscription{
 		Id: uuid.NewString(), AccountId: account.Id, Plan: "pro",
-		Status: shebav1.SubscriptionStatus_SUBSCRIPTION_STATUS_ACTIVE, CreateTime: created,
+		Status: shebav1.SubscriptionStatus_SUBSCRIPTION_STATUS_ACTIVE, CreateTime: created, Etag: "dFm2Ea0WNy7Pz1jj",
 	}
 	b.publish(t, "account.created", account)
 	b.publish(t, "subscription.created", sub)
@@ -49,7 +49,7 @@ func TestDeliverySignedAndRecorded(t *testing.T) {
 		"account.created": {"id": account.Id, "username": "wendy", "createTime": "2026-12-01T10:00:00.120001Z"},
 		"subscription.created": {
 			"id": sub.Id, "accountId": account.Id, "plan": "pro",
-			"status": "SUBSCRIPTION_STATUS_ACTIVE", "createTime": "2026-12-01T10:00:00.120001Z",
+			"status": "SUBSCRIPTION_STATUS_ACTIVE", "createTime": "2026-12-01T10:00:00.120001Z", "etag": "dFm2Ea0WNy7Pz1jj",
 		},
 	}
 	byEvent := map[string]store.WebhookDelivery{}

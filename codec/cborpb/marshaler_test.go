@@ -369,12 +369,13 @@ func TestSubscriptionShape(t *testing.T) {
 		Plan:       "pro",
 		Status:     shebav1.SubscriptionStatus_SUBSCRIPTION_STATUS_ACTIVE,
 		CreateTime: timestamppb.New(time.Date(2025, 1, 2, 3, 4, 5, 500_000_000, time.UTC)),
+		Etag:       "dFm2Ea0WNy7Pz1jj",
 	}
 	b, err := (&cborpb.Marshaler{}).Marshal(sub)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"id": "1f0c", "plan": "pro", "status": "SUBSCRIPTION_STATUS_ACTIVE", "accountId": "a1", "createTime": 0("2025-01-02T03:04:05.500Z")}`
+	want := `{"id": "1f0c", "etag": "dFm2Ea0WNy7Pz1jj", "plan": "pro", "status": "SUBSCRIPTION_STATUS_ACTIVE", "accountId": "a1", "createTime": 0("2025-01-02T03:04:05.500Z")}`
 	if got := diagnose(b); got != want {
 		t.Errorf("got  %s\nwant %s", got, want)
 	}

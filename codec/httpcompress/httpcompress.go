@@ -20,6 +20,12 @@ import (
 // client.
 type ErrorWriter func(w http.ResponseWriter, r *http.Request, httpStatus int, msg string)
 
+// NoCompression is the response header by which the next handler asks
+// that its answer go uncompressed whatever its size (an answer whose strong
+// ETag names its bytes, say): any value will do, and it is not sent. It is
+// gzhttp's own (gzhttp.HeaderNoCompression).
+const NoCompression = gzhttp.HeaderNoCompression
+
 // Option configures NewHandler.
 type Option func(*options)
 

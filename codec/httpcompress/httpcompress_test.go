@@ -27,7 +27,9 @@ func payload(n int) []byte {
 }
 
 // backend answers /size/N with N bytes, /preencoded with a body it
-// compressed itself, and /echo with what it read of the request body.
+// compressed itself, /tagged with 4096 bytes under a strong ETag that it
+// asks to keep uncompressed, and /echo with what it read of the request
+// body.
 func backend() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /size/{n}", func(w http.ResponseWriter, r *http.Request) {
@@ -41,6 +43,12 @@ func backend() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Content-Encoding", "gzip")
 		_, _ = w.Write(gzipped(payload(4096)))
+	})
+	mux.HandleFunc("GET /tagged", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("ETag", `"v1"`)
+		w.Header().Set(httpcompress.NoCompression, "1")
+		_, _ = w.Write(payload(4096))
 	})
 	mux.HandleFunc("POST /echo", func(w http.ResponseWriter, r *http.Request) {
 		b, err := io.ReadAll(r.Body)
@@ -237,6 +245,26 @@ func TestMinBytes(t *testing.T) {
 				t.Errorf("body differs after decoding")
 			}
 		})
+	}
+}
+
+// TestNoCompression checks that an answer whose handler sets the
+// NoCompression header goes as it is, with its ETag, and without that
+// header.
+func TestNoCompression(t *testing.T) {
+	srv, _ := server(t, httpcompress.WithMinBytes(0))
+	resp, body := get(t, srv.URL+"/tagged", "gzip, zstd")
+	if got := resp.Header.Get("Content-Encoding"); got != "" {
+		t.Errorf("Content-Encoding: got %q, want none", got)
+	}
+	if got := resp.Header.Get("ETag"); got != `"v1"` {
+		t.Errorf("ETag: got %q, want the handler's \"v1\"", got)
+	}
+	if got := resp.Header.Values(httpcompress.NoCompression); len(got) > 0 {
+		t.Errorf("%s sent: %q", httpcompress.NoCompression, got)
+	}
+	if !bytes.Equal(body, payload(4096)) {
+		t.Errorf("body altered")
 	}
 }
 

@@ -44,7 +44,9 @@
 // same message, so a retry may even switch transports. Every field counts;
 // the fields marked debug_redact (the password) enter it only as their
 // HMAC-SHA256 under the key of WithFingerprintKey, so that the record
-// holds no fast unkeyed hash of a secret.
+// holds no fast unkeyed hash of a secret. The values of the metadata named
+// by WithFingerprintMetadata (the if-match condition of a change) count
+// too, when a call carries them.
 //
 // What is recorded: OK, and the errors by which the handler answers about
 // the data (NotFound, AlreadyExists, FailedPrecondition, PermissionDenied,

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -108,6 +109,7 @@ func UnaryServerInterceptor(s Store, caller func(context.Context) string, opts .
 		if err != nil {
 			return nil, o.failure(ctx, "fingerprint request", err)
 		}
+		fp = withMetadata(ctx, fp, o.fingerprintMetadata)
 		c := &call{o: o, s: s, fp: fp, k: store.IdempotencyKey{Caller: id, Method: info.FullMethod, Key: key}}
 		return c.run(ctx, req, handler)
 	}
@@ -350,6 +352,39 @@ func fingerprint(m proto.Message, key []byte) ([]byte, error) {
 	}
 	sum := sha256.Sum256(b)
 	return sum[:], nil
+}
+
+// withMetadata returns the fingerprint fp of a call's message extended by
+// the call's values of the metadata keys: the SHA-256 of fp and, for each
+// key the call carries, the key and its values, each length-prefixed so
+// that no two lists of values read alike. A call that carries none of them
+// keeps fp, so its records are those it had before the keys were named.
+func withMetadata(ctx context.Context, fp []byte, keys []string) []byte {
+	var b []byte
+	for _, k := range keys {
+		vs := metadata.ValueFromIncomingContext(ctx, k)
+		if len(vs) == 0 {
+			continue
+		}
+		if b == nil {
+			b = append(b, fp...)
+		}
+		b = appendString(b, k)
+		b = binary.AppendUvarint(b, uint64(len(vs)))
+		for _, v := range vs {
+			b = appendString(b, v)
+		}
+	}
+	if b == nil {
+		return fp
+	}
+	sum := sha256.Sum256(b)
+	return sum[:]
+}
+
+// appendString appends s to b, prefixed by its length.
+func appendString(b []byte, s string) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
 }
 
 // fieldMAC returns the HMAC-SHA256 under key of f, encoded alone.

@@ -327,6 +327,61 @@ func TestFingerprintKey(t *testing.T) {
 	}
 }
 
+// TestFingerprintMetadata checks that the metadata named by
+// WithFingerprintMetadata is part of the request: a retry with the same
+// values replays, one with other values or none is a reused key; and that
+// a call without it has the fingerprint of its message alone, which an
+// interceptor without the option replays.
+func TestFingerprintMetadata(t *testing.T) {
+	t.Parallel()
+	pool := storetest.NewPool(t)
+	s := store.New(pool)
+	caller := func(context.Context) string { return "c" }
+	const ifMatch = "if-match"
+	with := idempotency.UnaryServerInterceptor(s, caller, idempotency.WithFingerprintKey([]byte("k")), idempotency.WithFingerprintMetadata(ifMatch))
+	without := idempotency.UnaryServerInterceptor(s, caller, idempotency.WithFingerprintKey([]byte("k")))
+	var runs atomic.Int64
+	handler := func(context.Context, any) (any, error) {
+		runs.Add(1)
+		return &shebav1.CreateAccountResponse{Account: &shebav1.Account{Id: "1", Username: "ada"}}, nil
+	}
+	req := &shebav1.CreateAccountRequest{Username: "ada", Password: "secret-1"}
+	call := func(interceptor grpc.UnaryServerInterceptor, key string, values ...string) error {
+		md := metadata.Pairs(idempotency.MetadataKey, key)
+		md.Append(ifMatch, values...)
+		_, err := interceptor(metadata.NewIncomingContext(t.Context(), md), req, info, handler)
+		return err
+	}
+	reused := func(err error) bool {
+		return status.Code(err) == codes.InvalidArgument && reason(err) == idempotency.ReasonReused
+	}
+	if err := call(with, "k1", `"a"`); err != nil {
+		t.Fatalf("first call: %v", err)
+	}
+	if err := call(with, "k1", `"a"`); err != nil {
+		t.Errorf("retry with the same values: got %v, want the replay", err)
+	}
+	for _, values := range [][]string{{`"b"`}, {`"a"`, `"b"`}, {`"a", "b"`}, nil} {
+		if err := call(with, "k1", values...); !reused(err) {
+			t.Errorf("retry with %q: got %v, want %s", values, err, idempotency.ReasonReused)
+		}
+	}
+	// The interceptor without the option reads the message alone.
+	if err := call(without, "k1", `"a"`); !reused(err) {
+		t.Errorf("retry through an interceptor without the option: got %v, want %s", err, idempotency.ReasonReused)
+	}
+
+	if err := call(with, "k2"); err != nil {
+		t.Fatalf("call without the metadata: %v", err)
+	}
+	if err := call(without, "k2"); err != nil {
+		t.Errorf("its retry through an interceptor without the option: got %v, want the replay", err)
+	}
+	if got := runs.Load(); got != 2 {
+		t.Errorf("handler runs: got %d, want 2", got)
+	}
+}
+
 // TestKeys sends each value of keyTests as the key, and a key given twice:
 // a malformed key is refused before anything runs, a well-formed one is
 // recorded under the key it names, so the quoted and the bare form are the

@@ -15,6 +15,9 @@ type options struct {
 	log *slog.Logger
 	// fingerprintKey is the HMAC key of the secrets in a fingerprint.
 	fingerprintKey []byte
+	// fingerprintMetadata are the metadata keys whose values a
+	// fingerprint covers besides the message.
+	fingerprintMetadata []string
 	// beforeCommit runs after the record is written, in its transaction
 	// (tests break the transaction with it).
 	beforeCommit func(ctx context.Context) error
@@ -47,6 +50,17 @@ func WithFingerprintKey(key []byte) Option {
 			o.fingerprintKey = key
 		}
 	}
+}
+
+// WithFingerprintMetadata makes the values of the metadata keys part of a
+// request, as its message is: a call that carries any of them has them in
+// its fingerprint, so a retry with other values is another request
+// (IDEMPOTENCY_KEY_REUSED). For the metadata that says what a call asks
+// (the if-match condition of a change), not how it is sent. A call that
+// carries none of them has the fingerprint of its message alone, as
+// without the option.
+func WithFingerprintMetadata(keys ...string) Option {
+	return func(o *options) { o.fingerprintMetadata = append(o.fingerprintMetadata, keys...) }
 }
 
 func evaluateOptions(opts []Option) *options {

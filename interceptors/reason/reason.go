@@ -51,6 +51,7 @@ const (
 	AlreadyExists   = "ALREADY_EXISTS"   // ALREADY_EXISTS: the resource exists already
 	Internal        = "INTERNAL"         // INTERNAL: anything unexpected, panics included
 	Canceled        = "CANCELED"         // CANCELED: the client went away (it does not see the answer)
+	ETagMismatch    = "ETAG_MISMATCH"    // ABORTED (409; 412 under If-Match): a conditional change found the resource changed since its etag was read
 
 	// Webhook endpoints (server/webhook.go).
 	WebhookURLNotAllowed = "WEBHOOK_URL_NOT_ALLOWED" // INVALID_ARGUMENT: the URL's host or port is not a public target

@@ -41,6 +41,12 @@ const (
 	// Idempotency-Key draft says, for the request itself is well formed
 	// (docs/api.md#idempotency-keys).
 	OutcomeKeyReused
+	// OutcomeETagMismatch is store.ErrETagMismatch: a conditional change
+	// (AIP-154: a request's etag, or If-Match) found the resource at
+	// another version, and changed nothing. ABORTED, as AIP-154 says: 409
+	// on REST, and 412 when the condition came in an If-Match header, as
+	// RFC 9110 §13.1.1 says (docs/api.md#etags).
+	OutcomeETagMismatch
 
 	numOutcomes
 )
@@ -74,6 +80,9 @@ type Row struct {
 	// HTTPStatus is the REST status when it is not the one of Code
 	// (runtime.HTTPStatusFromCode), else 0.
 	HTTPStatus int
+	// IfMatchHTTPStatus is the REST status when the request carried an
+	// If-Match header, if that changes it, else 0.
+	IfMatchHTTPStatus int
 }
 
 // table is the error table, by outcome.
@@ -86,6 +95,8 @@ var table = [numOutcomes]Row{
 	OutcomeInternal:     {Code: codes.Internal, Reason: Internal, Message: "internal error", Log: LogError},
 	OutcomeKeyReused: {Code: codes.InvalidArgument, Reason: IdempotencyKeyReused,
 		Message: "idempotency key already used with a different request", HTTPStatus: http.StatusUnprocessableEntity},
+	OutcomeETagMismatch: {Err: store.ErrETagMismatch, Code: codes.Aborted, Reason: ETagMismatch,
+		Message: "etag does not match the current one: the resource changed since it was read", IfMatchHTTPStatus: http.StatusPreconditionFailed},
 }
 
 // fixed holds the answers of the outcomes with a fixed message, built once:
@@ -154,10 +165,17 @@ func Answer(ctx context.Context, log *slog.Logger, op string, err error, own Own
 }
 
 // HTTPStatus returns the REST status of an error of reason r when the
-// table gives it one other than its code's, and 0 otherwise.
-func HTTPStatus(r string) int {
+// table gives it one other than its code's, and 0 otherwise. ifMatch says
+// whether the request carried an If-Match header.
+func HTTPStatus(r string, ifMatch bool) int {
 	for _, row := range table {
-		if row.HTTPStatus != 0 && row.Reason == r {
+		if row.Reason != r {
+			continue
+		}
+		if ifMatch && row.IfMatchHTTPStatus != 0 {
+			return row.IfMatchHTTPStatus
+		}
+		if row.HTTPStatus != 0 {
 			return row.HTTPStatus
 		}
 	}

@@ -49,6 +49,8 @@ func TestTable(t *testing.T) {
 			Message: "internal error", Log: reason.LogError}},
 		{"key reused", reason.OutcomeKeyReused, reason.Row{Code: codes.InvalidArgument, Reason: "IDEMPOTENCY_KEY_REUSED",
 			Message: "idempotency key already used with a different request", HTTPStatus: http.StatusUnprocessableEntity}},
+		{"etag mismatch", reason.OutcomeETagMismatch, reason.Row{Err: store.ErrETagMismatch, Code: codes.Aborted, Reason: "ETAG_MISMATCH",
+			Message: "etag does not match the current one: the resource changed since it was read", IfMatchHTTPStatus: http.StatusPreconditionFailed}},
 	} {
 		t.Run(test.name, func(t *testing.T) {
 			if diff := cmp.Diff(test.want, test.outcome.Row(), equateErrors); diff != "" {
@@ -110,6 +112,7 @@ func TestAnswer(t *testing.T) {
 		{"deadline", context.DeadlineExceeded, own, reason.OutcomeDeadline.Err(), ""},
 		{"canceled", context.Canceled, reason.Own{}, reason.OutcomeCanceled.Err(), ""},
 		{"database down", store.ErrUnavailable, own, reason.OutcomeDatabaseDown.Err(), "WARN"},
+		{"etag mismatch", store.ErrETagMismatch, reason.Own{}, reason.OutcomeETagMismatch.Err(), ""},
 		{"anything else", errors.New("pq: syntax error at or near SELECT"), own, reason.OutcomeInternal.Err(), "ERROR"},
 		// First match wins: a deadline the driver met while the database
 		// was away is the deadline.
@@ -200,21 +203,26 @@ func TestAnswerAsBefore(t *testing.T) {
 }
 
 // TestHTTPStatus checks the REST statuses the table gives reasons: only
-// those that are not their code's.
+// those that are not their code's, with an If-Match header and without.
 func TestHTTPStatus(t *testing.T) {
 	for _, test := range []struct {
-		reason string
-		want   int
+		reason      string
+		want        int
+		wantIfMatch int
 	}{
-		{reason.IdempotencyKeyReused, http.StatusUnprocessableEntity},
-		{reason.IdempotencyKeyInUse, 0},
-		{reason.NotFound, 0},
-		{reason.DatabaseUnavailable, 0},
-		{reason.Internal, 0},
-		{"", 0},
+		{reason.IdempotencyKeyReused, http.StatusUnprocessableEntity, http.StatusUnprocessableEntity},
+		{reason.ETagMismatch, 0, http.StatusPreconditionFailed},
+		{reason.IdempotencyKeyInUse, 0, 0},
+		{reason.NotFound, 0, 0},
+		{reason.DatabaseUnavailable, 0, 0},
+		{reason.Internal, 0, 0},
+		{"", 0, 0},
 	} {
-		if got := reason.HTTPStatus(test.reason); got != test.want {
-			t.Errorf("HTTPStatus(%q): got %d, want %d", test.reason, got, test.want)
+		if got := reason.HTTPStatus(test.reason, false); got != test.want {
+			t.Errorf("HTTPStatus(%q, false): got %d, want %d", test.reason, got, test.want)
+		}
+		if got := reason.HTTPStatus(test.reason, true); got != test.wantIfMatch {
+			t.Errorf("HTTPStatus(%q, true): got %d, want %d", test.reason, got, test.wantIfMatch)
 		}
 	}
 }

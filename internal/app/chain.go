@@ -29,6 +29,7 @@ import (
 	"github.com/shebasvc/sheba/interceptors/reason"
 	"github.com/shebasvc/sheba/interceptors/requestlog"
 	"github.com/shebasvc/sheba/interceptors/timeout"
+	"github.com/shebasvc/sheba/internal/etag"
 	"github.com/shebasvc/sheba/server"
 	"github.com/shebasvc/sheba/server/gateway"
 )
@@ -166,8 +167,10 @@ func chainLinks(d chainDeps) []link {
 		link{"failfast", failfast.UnaryServerInterceptor(d.dbUp, d.needsDB, reason.OutcomeDatabaseDown.Row().Message)},
 	)
 	if d.keys != nil {
+		// A change's If-Match condition is part of its request.
 		keyed := idempotency.UnaryServerInterceptor(d.keys, apikey.IDFromContext,
-			idempotency.WithTTL(d.keyTTL), idempotency.WithLogger(d.log), idempotency.WithFingerprintKey(d.fingerprintKey))
+			idempotency.WithTTL(d.keyTTL), idempotency.WithLogger(d.log), idempotency.WithFingerprintKey(d.fingerprintKey),
+			idempotency.WithFingerprintMetadata(etag.MetadataKey))
 		links = append(links, link{"idempotency", func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 			if !d.idempotent[info.FullMethod] {
 				return handler(ctx, req)

@@ -196,15 +196,17 @@ func TestCBOROverEveryRPC(t *testing.T) {
 		t.Errorf("GetAccount (-created +got):\n%s", diff)
 	}
 
-	// CreateSubscription: the bare Subscription, active, no cancelTime.
+	// CreateSubscription: the bare Subscription, active, no cancelTime,
+	// its etag also the ETag header.
 	r = g.cborDo(t, http.MethodPost, "/v1/accounts/"+id+"/subscription", map[string]any{"plan": "pro"})
 	wantCode(t, r, http.StatusOK)
 	sub, _ := cborOf(t, r).(map[string]any)
 	subID, _ := sub["id"].(string)
-	if len(sub) != 5 || len(subID) != 36 || sub["accountId"] != id || sub["plan"] != "pro" ||
+	if len(sub) != 6 || len(subID) != 36 || sub["accountId"] != id || sub["plan"] != "pro" ||
 		sub["status"] != "SUBSCRIPTION_STATUS_ACTIVE" || wantTimeTag(t, "createTime", sub["createTime"]).Before(before) {
-		t.Fatalf("CreateSubscription: got %#v, want {id, accountId, plan, status, createTime}", sub)
+		t.Fatalf("CreateSubscription: got %#v, want {id, accountId, plan, status, createTime, etag}", sub)
 	}
+	wantETagHeader(t, r, sub)
 	if diff := cmp.Diff(sub, g.cborSameAsJSON(t, "/v1/accounts/"+id+"/subscription", 200)); diff != "" {
 		t.Errorf("GetSubscription (-created +got):\n%s", diff)
 	}
@@ -214,13 +216,17 @@ func TestCBOROverEveryRPC(t *testing.T) {
 	wantCode(t, r, http.StatusOK)
 	canceled, _ := cborOf(t, r).(map[string]any)
 	cancelTime := wantTimeTag(t, "cancelTime", canceled["cancelTime"])
-	want := map[string]any{"cancelTime": cancelTime, "status": "SUBSCRIPTION_STATUS_CANCELED"}
+	want := map[string]any{"cancelTime": cancelTime, "status": "SUBSCRIPTION_STATUS_CANCELED", "etag": canceled["etag"]}
 	for _, k := range []string{"id", "accountId", "plan", "createTime"} {
 		want[k] = sub[k]
 	}
 	if diff := cmp.Diff(want, canceled); diff != "" {
 		t.Errorf("CancelSubscription (-want +got):\n%s", diff)
 	}
+	if canceled["etag"] == sub["etag"] {
+		t.Errorf("CancelSubscription: etag %q unchanged", sub["etag"])
+	}
+	wantETagHeader(t, r, canceled)
 	checkDiagnostic(t, r.Body)
 
 	// ListSubscriptions: one canceled and one active, in pages.

@@ -19,27 +19,27 @@ import (
 var corsMethods = []string{http.MethodGet, http.MethodPost, http.MethodDelete}
 
 // corsRequestHeaders are the headers a client may send: those of Connect and
-// gRPC-Web clients (connect-es, grpc-web), the API key, sheba's own and the
-// W3C trace context. A browser asks for every header beyond the few the
+// gRPC-Web clients (connect-es, grpc-web), the API key, sheba's own, the
+// If-Match of a conditional change and the W3C trace context. A browser asks for every header beyond the few the
 // Fetch standard safelists, and one left out fails the whole call.
 var corsRequestHeaders = []string{
 	"Content-Type", "Accept", "Content-Encoding",
 	"Connect-Protocol-Version", "Connect-Timeout-Ms", "Connect-Content-Encoding", "Connect-Accept-Encoding",
 	"Grpc-Timeout", "Grpc-Encoding", "Grpc-Accept-Encoding", "X-Grpc-Web", "X-User-Agent",
-	"X-Api-Key", "Authorization", "Idempotency-Key", "X-Request-Id",
+	"X-Api-Key", "Authorization", "Idempotency-Key", "X-Request-Id", "If-Match",
 	"Traceparent", "Tracestate",
 }
 
 // corsExposedHeaders are the answer's headers a page may read beyond the
 // safelisted ones: the status of a gRPC-Web call that failed at once (its
 // trailers then come as headers), the encodings the protocols negotiate,
-// and sheba's own: the limits' state, the retry hint, the request id and
-// the idempotent replay. Named one by one: Access-Control-Expose-Headers
+// and sheba's own: the limits' state, the retry hint, the request id, the
+// idempotent replay and a resource's ETag. Named one by one: Access-Control-Expose-Headers
 // takes no prefix pattern, and Connect's response headers are these two.
 var corsExposedHeaders = []string{
 	"Grpc-Status", "Grpc-Message", "Grpc-Status-Details-Bin", "Grpc-Encoding", "Grpc-Accept-Encoding",
 	"Connect-Content-Encoding", "Connect-Accept-Encoding", "Content-Encoding",
-	"RateLimit", "RateLimit-Policy", "Retry-After", "X-Request-Id", "Idempotent-Replayed",
+	"RateLimit", "RateLimit-Policy", "Retry-After", "X-Request-Id", "Idempotent-Replayed", "ETag",
 }
 
 // corsMaxAge is how long a browser may keep a preflight's answer, in

@@ -43,12 +43,15 @@
 //
 // Errors are google.rpc.Status bodies with the HTTP status of their code,
 // or of their reason where the error table of package reason gives one
-// (errors.go), quoting at most reason.MaxQuoted bytes of the request; a
+// (errors.go), quoting at most reason.MaxQuoted bytes of the request
+// (ETAG_MISMATCH is 412 when the request carried If-Match); a
 // path no route has is 404, and a known path under another
 // method 405 with Allow (routes.go); the retry-after, x-request-id,
 // idempotent-replayed and RateLimit metadata become plain headers
-// (headers.go). The headers the chain reads (the API key, the request id,
-// the idempotency key, Grpc-Metadata-*) and the client's address become the
+// (headers.go), and an answer whose body is a resource with an etag gets
+// its ETag header, uncompressed (etag.go). The headers the chain reads (the
+// API key, the request id, the idempotency key, Grpc-Metadata-*), If-Match,
+// which the handlers read, and the client's address become the
 // call's incoming metadata, made by the Channel from the request rather
 // than by grpc-gateway, which would make it twice (headers.go). See
 // docs/api.md.

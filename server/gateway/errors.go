@@ -64,8 +64,9 @@ func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshale
 	// The chain's errors come complete: this reads nothing of them again.
 	se := reason.CompleteError(err, def, retry)
 	// The error table knows the reasons whose REST status is not their
-	// code's (IDEMPOTENCY_KEY_REUSED: 422).
-	if s := reason.HTTPStatus(se.Reason()); s != 0 && byCode {
+	// code's (IDEMPOTENCY_KEY_REUSED: 422; ETAG_MISMATCH under If-Match:
+	// 412).
+	if s := reason.HTTPStatus(se.Reason(), hasIfMatch(r)); s != 0 && byCode {
 		httpStatus = s
 	}
 	// An answer relayed from the hook keeps the hook's status.

@@ -149,6 +149,7 @@ func New(ctx context.Context, conn *Channel, o Options) (http.Handler, error) {
 		runtime.WithOutgoingHeaderMatcher(outgoingHeader),
 		runtime.WithErrorHandler(errorHandler),
 		runtime.WithRoutingErrorHandler(routes.routingError),
+		runtime.WithForwardResponseOption(writeETag),
 		// A form-encoded POST is not a GET in disguise: it is answered 415.
 		runtime.WithDisablePathLengthFallback(),
 	}

@@ -18,12 +18,13 @@ import (
 	"github.com/shebasvc/sheba/interceptors/ratelimit"
 	"github.com/shebasvc/sheba/interceptors/requestlog"
 	"github.com/shebasvc/sheba/interceptors/retryafter"
+	"github.com/shebasvc/sheba/internal/etag"
 )
 
 // incomingHeader passes to gRPC metadata the metadata a client sends as
 // Grpc-Metadata-*. The headers the chain reads by their own names (the API
-// key, the request id, the idempotency key) and the client's address reach
-// the handler's metadata by the Channel (incomingMetadata), not through
+// key, the request id, the idempotency key, If-Match) and the client's
+// address reach the handler's metadata by the Channel (incomingMetadata), not through
 // grpc-gateway: the gateway's default would also copy every standard header
 // (User-Agent, Accept, Host…) as grpcgateway-* metadata, which nothing in
 // sheba reads and every REST call paid for in allocations.
@@ -53,10 +54,11 @@ func incomingHeader(key string) (string, bool) {
 // to grpc-gateway, which reads them whatever it is told.
 
 // channelHeaders are the headers that the Channel makes metadata of, by
-// the metadata's key: the ones the chain reads.
+// the metadata's key: the ones the chain reads, and If-Match, which the
+// handlers read (etag.go).
 var channelHeaders = func() map[string]string {
 	m := map[string]string{}
-	for _, k := range []string{apikey.MetadataKey, requestlog.RequestIDKey, idempotency.MetadataKey} {
+	for _, k := range []string{apikey.MetadataKey, requestlog.RequestIDKey, idempotency.MetadataKey, etag.MetadataKey} {
 		m[k] = http.CanonicalHeaderKey(k)
 	}
 	return m
@@ -121,7 +123,11 @@ func incomingMetadata(ctx context.Context) (metadata.MD, *callContext) {
 		md = make(metadata.MD, len(channelHeaders)+1)
 	}
 	for key, name := range channelHeaders {
-		if vs := metadataValues(rc.header[name]); len(vs) > 0 {
+		values := metadataValues
+		if key == etag.MetadataKey {
+			values = ifMatchValues
+		}
+		if vs := values(rc.header[name]); len(vs) > 0 {
 			md[key] = append(vs, md[key]...)
 		}
 	}

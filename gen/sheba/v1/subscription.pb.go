@@ -90,7 +90,18 @@ type Subscription struct {
 	// When the subscription was created.
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// When the subscription was canceled; absent while it is active.
-	CancelTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=cancel_time,json=cancelTime,proto3" json:"cancel_time,omitempty"`
+	CancelTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=cancel_time,json=cancelTime,proto3" json:"cancel_time,omitempty"`
+	// The subscription's entity tag (AIP-154), set by the server: an opaque
+	// string (base64url, no quotes) that changes whenever the subscription
+	// changes (created, updated, canceled) and only then, and never names an
+	// earlier version again. A client that sends it back with a change
+	// (CancelSubscriptionRequest.etag; on REST, also If-Match: "<etag>")
+	// has the change made only if the subscription is still as it read it;
+	// otherwise the call changes nothing and fails with ABORTED, reason
+	// ETAG_MISMATCH. REST answers that carry a Subscription carry it too as
+	// their ETag header, quoted. Ignored in the requests that create a
+	// subscription.
+	Etag          string `protobuf:"bytes,7,opt,name=etag,proto3" json:"etag,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -165,6 +176,13 @@ func (x *Subscription) GetCancelTime() *timestamppb.Timestamp {
 		return x.CancelTime
 	}
 	return nil
+}
+
+func (x *Subscription) GetEtag() string {
+	if x != nil {
+		return x.Etag
+	}
+	return ""
 }
 
 // CreateSubscriptionRequest names the account and the plan.
@@ -367,7 +385,14 @@ func (x *GetSubscriptionResponse) GetSubscription() *Subscription {
 type CancelSubscriptionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// UUID of the account.
-	AccountId     string `protobuf:"bytes,1,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	AccountId string `protobuf:"bytes,1,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	// If set, the subscription is canceled only if this is its current etag
+	// (AIP-154); otherwise nothing changes and the call fails with ABORTED,
+	// reason ETAG_MISMATCH (REST 409). The if-match metadata (the If-Match
+	// header on REST: 412 when it does not match) is a condition too; when
+	// both are given, both must hold. An account with no active subscription
+	// is NOT_FOUND whatever the etag.
+	Etag          string `protobuf:"bytes,2,opt,name=etag,proto3" json:"etag,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -405,6 +430,13 @@ func (*CancelSubscriptionRequest) Descriptor() ([]byte, []int) {
 func (x *CancelSubscriptionRequest) GetAccountId() string {
 	if x != nil {
 		return x.AccountId
+	}
+	return ""
+}
+
+func (x *CancelSubscriptionRequest) GetEtag() string {
+	if x != nil {
+		return x.Etag
 	}
 	return ""
 }
@@ -581,7 +613,7 @@ var File_sheba_v1_subscription_proto protoreflect.FileDescriptor
 
 const file_sheba_v1_subscription_proto_rawDesc = "" +
 	"\n" +
-	"\x1bsheba/v1/subscription.proto\x12\bsheba.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16sheba/v1/options.proto\"\x81\x02\n" +
+	"\x1bsheba/v1/subscription.proto\x12\bsheba.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16sheba/v1/options.proto\"\x95\x02\n" +
 	"\fSubscription\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -591,7 +623,8 @@ const file_sheba_v1_subscription_proto_rawDesc = "" +
 	"\vcreate_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12;\n" +
 	"\vcancel_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"cancelTime\"N\n" +
+	"cancelTime\x12\x12\n" +
+	"\x04etag\x18\a \x01(\tR\x04etag\"N\n" +
 	"\x19CreateSubscriptionRequest\x12\x1d\n" +
 	"\n" +
 	"account_id\x18\x01 \x01(\tR\taccountId\x12\x12\n" +
@@ -602,10 +635,11 @@ const file_sheba_v1_subscription_proto_rawDesc = "" +
 	"\n" +
 	"account_id\x18\x01 \x01(\tR\taccountId\"U\n" +
 	"\x17GetSubscriptionResponse\x12:\n" +
-	"\fsubscription\x18\x01 \x01(\v2\x16.sheba.v1.SubscriptionR\fsubscription\":\n" +
+	"\fsubscription\x18\x01 \x01(\v2\x16.sheba.v1.SubscriptionR\fsubscription\"N\n" +
 	"\x19CancelSubscriptionRequest\x12\x1d\n" +
 	"\n" +
-	"account_id\x18\x01 \x01(\tR\taccountId\"X\n" +
+	"account_id\x18\x01 \x01(\tR\taccountId\x12\x12\n" +
+	"\x04etag\x18\x02 \x01(\tR\x04etag\"X\n" +
 	"\x1aCancelSubscriptionResponse\x12:\n" +
 	"\fsubscription\x18\x01 \x01(\v2\x16.sheba.v1.SubscriptionR\fsubscription\"j\n" +
 	"\x18ListSubscriptionsRequest\x12\x1b\n" +

@@ -40,7 +40,9 @@ type SubscriptionServiceClient interface {
 	// (404) when it has none.
 	GetSubscription(ctx context.Context, in *GetSubscriptionRequest, opts ...grpc.CallOption) (*GetSubscriptionResponse, error)
 	// CancelSubscription cancels the account's active subscription and returns
-	// it canceled. Fails with NOT_FOUND (404) when none is active.
+	// it canceled. Fails with NOT_FOUND (404) when none is active, and with
+	// ABORTED, reason ETAG_MISMATCH (409; 412 under If-Match), when an etag
+	// was given and the subscription is at another version.
 	CancelSubscription(ctx context.Context, in *CancelSubscriptionRequest, opts ...grpc.CallOption) (*CancelSubscriptionResponse, error)
 	// ListSubscriptions lists the subscriptions of all accounts, canceled ones
 	// included, newest first (ties broken by id), one page at a time.
@@ -110,7 +112,9 @@ type SubscriptionServiceServer interface {
 	// (404) when it has none.
 	GetSubscription(context.Context, *GetSubscriptionRequest) (*GetSubscriptionResponse, error)
 	// CancelSubscription cancels the account's active subscription and returns
-	// it canceled. Fails with NOT_FOUND (404) when none is active.
+	// it canceled. Fails with NOT_FOUND (404) when none is active, and with
+	// ABORTED, reason ETAG_MISMATCH (409; 412 under If-Match), when an etag
+	// was given and the subscription is at another version.
 	CancelSubscription(context.Context, *CancelSubscriptionRequest) (*CancelSubscriptionResponse, error)
 	// ListSubscriptions lists the subscriptions of all accounts, canceled ones
 	// included, newest first (ties broken by id), one page at a time.

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file sheba/v1/subscription.proto.
  */
 export const file_sheba_v1_subscription: GenFile = /*@__PURE__*/
-  fileDesc("ChtzaGViYS92MS9zdWJzY3JpcHRpb24ucHJvdG8SCHNoZWJhLnYxIswBCgxTdWJzY3JpcHRpb24SCgoCaWQYASABKAkSEgoKYWNjb3VudF9pZBgCIAEoCRIMCgRwbGFuGAMgASgJEiwKBnN0YXR1cxgEIAEoDjIcLnNoZWJhLnYxLlN1YnNjcmlwdGlvblN0YXR1cxIvCgtjcmVhdGVfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLY2FuY2VsX3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIj0KGUNyZWF0ZVN1YnNjcmlwdGlvblJlcXVlc3QSEgoKYWNjb3VudF9pZBgBIAEoCRIMCgRwbGFuGAIgASgJIkoKGkNyZWF0ZVN1YnNjcmlwdGlvblJlc3BvbnNlEiwKDHN1YnNjcmlwdGlvbhgBIAEoCzIWLnNoZWJhLnYxLlN1YnNjcmlwdGlvbiIsChZHZXRTdWJzY3JpcHRpb25SZXF1ZXN0EhIKCmFjY291bnRfaWQYASABKAkiRwoXR2V0U3Vic2NyaXB0aW9uUmVzcG9uc2USLAoMc3Vic2NyaXB0aW9uGAEgASgLMhYuc2hlYmEudjEuU3Vic2NyaXB0aW9uIi8KGUNhbmNlbFN1YnNjcmlwdGlvblJlcXVlc3QSEgoKYWNjb3VudF9pZBgBIAEoCSJKChpDYW5jZWxTdWJzY3JpcHRpb25SZXNwb25zZRIsCgxzdWJzY3JpcHRpb24YASABKAsyFi5zaGViYS52MS5TdWJzY3JpcHRpb24iTwoYTGlzdFN1YnNjcmlwdGlvbnNSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoBRISCgpwYWdlX3Rva2VuGAIgASgJEgwKBHBsYW4YAyABKAkiYwoZTGlzdFN1YnNjcmlwdGlvbnNSZXNwb25zZRItCg1zdWJzY3JpcHRpb25zGAEgAygLMhYuc2hlYmEudjEuU3Vic2NyaXB0aW9uEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSp7ChJTdWJzY3JpcHRpb25TdGF0dXMSIwofU1VCU0NSSVBUSU9OX1NUQVRVU19VTlNQRUNJRklFRBAAEh4KGlNVQlNDUklQVElPTl9TVEFUVVNfQUNUSVZFEAESIAocU1VCU0NSSVBUSU9OX1NUQVRVU19DQU5DRUxFRBACMr8FChNTdWJzY3JpcHRpb25TZXJ2aWNlEr4BChJDcmVhdGVTdWJzY3JpcHRpb24SIy5zaGViYS52MS5DcmVhdGVTdWJzY3JpcHRpb25SZXF1ZXN0GiQuc2hlYmEudjEuQ3JlYXRlU3Vic2NyaXB0aW9uUmVzcG9uc2UiXcLzGBoQARgBKhRzdWJzY3JpcHRpb24uY3JlYXRlZILT5JMCOToBKmIMc3Vic2NyaXB0aW9uIiYvdjEvYWNjb3VudHMve2FjY291bnRfaWR9L3N1YnNjcmlwdGlvbhKcAQoPR2V0U3Vic2NyaXB0aW9uEiAuc2hlYmEudjEuR2V0U3Vic2NyaXB0aW9uUmVxdWVzdBohLnNoZWJhLnYxLkdldFN1YnNjcmlwdGlvblJlc3BvbnNlIkTC8xgEGAEgAYLT5JMCNmIMc3Vic2NyaXB0aW9uEiYvdjEvYWNjb3VudHMve2FjY291bnRfaWR9L3N1YnNjcmlwdGlvbhLGAQoSQ2FuY2VsU3Vic2NyaXB0aW9uEiMuc2hlYmEudjEuQ2FuY2VsU3Vic2NyaXB0aW9uUmVxdWVzdBokLnNoZWJhLnYxLkNhbmNlbFN1YnNjcmlwdGlvblJlc3BvbnNlImXC8xgbEAEYASoVc3Vic2NyaXB0aW9uLmNhbmNlbGVkgtPkkwJAOgEqYgxzdWJzY3JpcHRpb24iLS92MS9hY2NvdW50cy97YWNjb3VudF9pZH0vc3Vic2NyaXB0aW9uOmNhbmNlbBJ/ChFMaXN0U3Vic2NyaXB0aW9ucxIiLnNoZWJhLnYxLkxpc3RTdWJzY3JpcHRpb25zUmVxdWVzdBojLnNoZWJhLnYxLkxpc3RTdWJzY3JpcHRpb25zUmVzcG9uc2UiIcLzGAQYASABgtPkkwITEhEvdjEvc3Vic2NyaXB0aW9uc0IwWi5naXRodWIuY29tL3NoZWJhc3ZjL3NoZWJhL2dlbi9zaGViYS92MTtzaGViYXYxYgZwcm90bzM", [file_google_api_annotations, file_google_protobuf_timestamp, file_sheba_v1_options]);
+  fileDesc("ChtzaGViYS92MS9zdWJzY3JpcHRpb24ucHJvdG8SCHNoZWJhLnYxItoBCgxTdWJzY3JpcHRpb24SCgoCaWQYASABKAkSEgoKYWNjb3VudF9pZBgCIAEoCRIMCgRwbGFuGAMgASgJEiwKBnN0YXR1cxgEIAEoDjIcLnNoZWJhLnYxLlN1YnNjcmlwdGlvblN0YXR1cxIvCgtjcmVhdGVfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLY2FuY2VsX3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgwKBGV0YWcYByABKAkiPQoZQ3JlYXRlU3Vic2NyaXB0aW9uUmVxdWVzdBISCgphY2NvdW50X2lkGAEgASgJEgwKBHBsYW4YAiABKAkiSgoaQ3JlYXRlU3Vic2NyaXB0aW9uUmVzcG9uc2USLAoMc3Vic2NyaXB0aW9uGAEgASgLMhYuc2hlYmEudjEuU3Vic2NyaXB0aW9uIiwKFkdldFN1YnNjcmlwdGlvblJlcXVlc3QSEgoKYWNjb3VudF9pZBgBIAEoCSJHChdHZXRTdWJzY3JpcHRpb25SZXNwb25zZRIsCgxzdWJzY3JpcHRpb24YASABKAsyFi5zaGViYS52MS5TdWJzY3JpcHRpb24iPQoZQ2FuY2VsU3Vic2NyaXB0aW9uUmVxdWVzdBISCgphY2NvdW50X2lkGAEgASgJEgwKBGV0YWcYAiABKAkiSgoaQ2FuY2VsU3Vic2NyaXB0aW9uUmVzcG9uc2USLAoMc3Vic2NyaXB0aW9uGAEgASgLMhYuc2hlYmEudjEuU3Vic2NyaXB0aW9uIk8KGExpc3RTdWJzY3JpcHRpb25zUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCRIMCgRwbGFuGAMgASgJImMKGUxpc3RTdWJzY3JpcHRpb25zUmVzcG9uc2USLQoNc3Vic2NyaXB0aW9ucxgBIAMoCzIWLnNoZWJhLnYxLlN1YnNjcmlwdGlvbhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkqewoSU3Vic2NyaXB0aW9uU3RhdHVzEiMKH1NVQlNDUklQVElPTl9TVEFUVVNfVU5TUEVDSUZJRUQQABIeChpTVUJTQ1JJUFRJT05fU1RBVFVTX0FDVElWRRABEiAKHFNVQlNDUklQVElPTl9TVEFUVVNfQ0FOQ0VMRUQQAjK/BQoTU3Vic2NyaXB0aW9uU2VydmljZRK+AQoSQ3JlYXRlU3Vic2NyaXB0aW9uEiMuc2hlYmEudjEuQ3JlYXRlU3Vic2NyaXB0aW9uUmVxdWVzdBokLnNoZWJhLnYxLkNyZWF0ZVN1YnNjcmlwdGlvblJlc3BvbnNlIl3C8xgaEAEYASoUc3Vic2NyaXB0aW9uLmNyZWF0ZWSC0+STAjk6ASpiDHN1YnNjcmlwdGlvbiImL3YxL2FjY291bnRzL3thY2NvdW50X2lkfS9zdWJzY3JpcHRpb24SnAEKD0dldFN1YnNjcmlwdGlvbhIgLnNoZWJhLnYxLkdldFN1YnNjcmlwdGlvblJlcXVlc3QaIS5zaGViYS52MS5HZXRTdWJzY3JpcHRpb25SZXNwb25zZSJEwvMYBBgBIAGC0+STAjZiDHN1YnNjcmlwdGlvbhImL3YxL2FjY291bnRzL3thY2NvdW50X2lkfS9zdWJzY3JpcHRpb24SxgEKEkNhbmNlbFN1YnNjcmlwdGlvbhIjLnNoZWJhLnYxLkNhbmNlbFN1YnNjcmlwdGlvblJlcXVlc3QaJC5zaGViYS52MS5DYW5jZWxTdWJzY3JpcHRpb25SZXNwb25zZSJlwvMYGxABGAEqFXN1YnNjcmlwdGlvbi5jYW5jZWxlZILT5JMCQDoBKmIMc3Vic2NyaXB0aW9uIi0vdjEvYWNjb3VudHMve2FjY291bnRfaWR9L3N1YnNjcmlwdGlvbjpjYW5jZWwSfwoRTGlzdFN1YnNjcmlwdGlvbnMSIi5zaGViYS52MS5MaXN0U3Vic2NyaXB0aW9uc1JlcXVlc3QaIy5zaGViYS52MS5MaXN0U3Vic2NyaXB0aW9uc1Jlc3BvbnNlIiHC8xgEGAEgAYLT5JMCExIRL3YxL3N1YnNjcmlwdGlvbnNCMFouZ2l0aHViLmNvbS9zaGViYXN2Yy9zaGViYS9nZW4vc2hlYmEvdjE7c2hlYmF2MWIGcHJvdG8z", [file_google_api_annotations, file_google_protobuf_timestamp, file_sheba_v1_options]);
 
 /**
  * Subscription is an account's subscription to a plan.
@@ -63,6 +63,22 @@ export type Subscription = Message<"sheba.v1.Subscription"> & {
    * @generated from field: google.protobuf.Timestamp cancel_time = 6;
    */
   cancelTime?: Timestamp | undefined;
+
+  /**
+   * The subscription's entity tag (AIP-154), set by the server: an opaque
+   * string (base64url, no quotes) that changes whenever the subscription
+   * changes (created, updated, canceled) and only then, and never names an
+   * earlier version again. A client that sends it back with a change
+   * (CancelSubscriptionRequest.etag; on REST, also If-Match: "<etag>")
+   * has the change made only if the subscription is still as it read it;
+   * otherwise the call changes nothing and fails with ABORTED, reason
+   * ETAG_MISMATCH. REST answers that carry a Subscription carry it too as
+   * their ETag header, quoted. Ignored in the requests that create a
+   * subscription.
+   *
+   * @generated from field: string etag = 7;
+   */
+  etag: string;
 };
 
 /**
@@ -178,6 +194,18 @@ export type CancelSubscriptionRequest = Message<"sheba.v1.CancelSubscriptionRequ
    * @generated from field: string account_id = 1;
    */
   accountId: string;
+
+  /**
+   * If set, the subscription is canceled only if this is its current etag
+   * (AIP-154); otherwise nothing changes and the call fails with ABORTED,
+   * reason ETAG_MISMATCH (REST 409). The if-match metadata (the If-Match
+   * header on REST: 412 when it does not match) is a condition too; when
+   * both are given, both must hold. An account with no active subscription
+   * is NOT_FOUND whatever the etag.
+   *
+   * @generated from field: string etag = 2;
+   */
+  etag: string;
 };
 
 /**
@@ -340,7 +368,9 @@ export const SubscriptionService: GenService<{
   },
   /**
    * CancelSubscription cancels the account's active subscription and returns
-   * it canceled. Fails with NOT_FOUND (404) when none is active.
+   * it canceled. Fails with NOT_FOUND (404) when none is active, and with
+   * ABORTED, reason ETAG_MISMATCH (409; 412 under If-Match), when an etag
+   * was given and the subscription is at another version.
    *
    * @generated from rpc sheba.v1.SubscriptionService.CancelSubscription
    */

@@ -1,6 +1,6 @@
 # sheba: see README.md. Every target works offline once the Go module cache
-# is warm (and, for make generate and the browser targets, the npm cache:
-# npm ci installs from it); buf and the Go protoc plugins are Go tools
+# is warm (and, for make generate, make test and the browser targets, the
+# npm cache: npm ci installs from it); buf and the Go protoc plugins are Go tools
 # pinned in tools/go.mod, the TypeScript ones npm packages pinned in
 # tools/ts/package-lock.json.
 
@@ -44,15 +44,21 @@ run: build
 TEST_PROGRAMS := redis-server=redis-server prometheus=prometheus promtool=prometheus
 
 # Every test, against a throwaway Postgres that scripts/pg.sh starts and removes
-# (installing the server first when it is missing and we are root).
-test:
+# (installing the server first when it is missing and we are root). The npm
+# tools come first: Redocly lints the OpenAPI 3.1 document, and the tests of
+# build tag prism (e2e/prism_test.go) run the REST flow through Stoplight
+# Prism. The tools' own tests (tools/, a module of its own) run beside.
+test: $(NPM_TOOLS)
 	bash scripts/need.sh $(TEST_PROGRAMS)
-	bash scripts/pg.sh test -- $(GO) test $(TESTFLAGS) $(PKGS)
+	$(REDOCLY) lint --extends=recommended --format=stylish gen/openapiv3/sheba.openapi.json
+	bash scripts/pg.sh test -- $(GO) test -tags prism $(TESTFLAGS) $(PKGS)
+	GOWORK=off $(GO) -C tools test $(TESTFLAGS) ./...
 	$(KUBECHECK) test $(TESTFLAGS) ./...
 
-test-race:
+test-race: $(NPM_TOOLS)
 	bash scripts/need.sh $(TEST_PROGRAMS)
-	bash scripts/pg.sh test -- $(GO) test -race $(TESTFLAGS) $(PKGS)
+	bash scripts/pg.sh test -- $(GO) test -tags prism -race $(TESTFLAGS) $(PKGS)
+	GOWORK=off $(GO) -C tools test -race $(TESTFLAGS) ./...
 	$(KUBECHECK) test -race $(TESTFLAGS) ./...
 
 # Every fuzz target for FUZZTIME each (default 30s), on the throwaway Postgres
@@ -63,12 +69,18 @@ fuzz:
 	bash scripts/pg.sh test -- bash scripts/fuzz.sh $(FUZZTIME)
 
 # The npm tools (tools/ts/package.json): protoc-gen-es for make generate,
-# esbuild and tsc for the example page. npm ci installs exactly what
+# esbuild and tsc for the example page, Redocly CLI and Stoplight Prism for
+# make test (the OpenAPI 3.1 document). npm ci installs exactly what
 # tools/ts/package-lock.json pins, again whenever the lockfile changes;
 # scripts/need.sh installs Debian's nodejs and npm first when they are
 # missing and we are root (protoc-gen-es wants Node.js 20 or later).
 NPM_TOOLS := tools/ts/node_modules/.package-lock.json
 NPM_BIN := tools/ts/node_modules/.bin
+
+# Redocly CLI's recommended rules (make test: no error; warnings are
+# listed), with its telemetry and its update check off: it asks nothing of
+# the network.
+REDOCLY := REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true $(NPM_BIN)/redocly
 
 $(NPM_TOOLS): tools/ts/package.json tools/ts/package-lock.json
 	bash scripts/need.sh node=nodejs npm=npm
@@ -134,7 +146,8 @@ generate-check: generate
 lint: $(NPM_TOOLS)
 	bash scripts/protodeps.sh
 	$(TOOL) buf lint proto
-	$(GO) vet $(PKGS)
+	$(GO) vet -tags prism $(PKGS)
+	GOWORK=off $(GO) -C tools vet ./...
 	$(KUBECHECK) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
 	if [ -n "$$out" ]; then echo "gofmt needed: $$out" >&2; exit 1; fi

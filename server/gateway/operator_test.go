@@ -44,6 +44,7 @@ func TestHandlerServesAsItsMux(t *testing.T) {
 		{http.MethodGet, "/metrics"},
 		{http.MethodPost, "/metrics"},
 		{http.MethodGet, "/openapi.json"},
+		{http.MethodGet, "/openapi.v3.json"},
 		{http.MethodGet, "/"},
 	} {
 		serve := func(h http.Handler) *httptest.ResponseRecorder {

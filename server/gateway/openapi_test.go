@@ -47,21 +47,14 @@ type openAPIParam struct {
 	In   string `json:"in"`
 }
 
-// tableOp is a method of the method table as an operation of the
-// documents.
-type tableOp struct {
-	method shebav1.MethodTable
-	// id is the operationId both plugins give it: Service_Method.
-	id string
-}
-
-// tableOps returns every method of the method table, by operationId.
-func tableOps() map[string]tableOp {
-	ops := map[string]tableOp{}
+// tableOps returns every method of the method table by the operationId
+// both plugins give it: Service_Method.
+func tableOps() map[string]shebav1.MethodTable {
+	ops := map[string]shebav1.MethodTable{}
 	for _, s := range shebav1.Services {
 		svc := s.Name[strings.LastIndexByte(s.Name, '.')+1:]
 		for _, m := range s.Methods {
-			ops[svc+"_"+m.Name] = tableOp{m, svc + "_" + m.Name}
+			ops[svc+"_"+m.Name] = m
 		}
 	}
 	return ops
@@ -81,10 +74,17 @@ func readOpenAPI(t *testing.T, doc string) openAPIDoc {
 // HTTP rules by proto names ({account_id}).
 var pathVars = regexp.MustCompile(`\{[^}]*\}`)
 
+// routedOp is an operation of a document and its method in the table.
+type routedOp struct {
+	id     string
+	op     openAPIOp
+	method shebav1.MethodTable
+}
+
 // checkRoutes checks that the operations of d are the methods of the
-// method table, each at its HTTP rule's verb and path, and returns them by
-// operationId.
-func checkRoutes(t *testing.T, d openAPIDoc, samePathNames bool) map[string]openAPIOp {
+// method table, each at its HTTP rule's verb and path, and returns those
+// of the table that d has.
+func checkRoutes(t *testing.T, d openAPIDoc, samePathNames bool) []routedOp {
 	t.Helper()
 	table := tableOps()
 	ops := map[string]openAPIOp{}
@@ -99,18 +99,24 @@ func checkRoutes(t *testing.T, d openAPIDoc, samePathNames bool) map[string]open
 		}
 	}
 	for id, m := range table {
-		path := m.method.HTTP.Path
+		path := m.HTTP.Path
 		if !samePathNames {
 			path = pathVars.ReplaceAllString(path, "{}")
 		}
-		want = append(want, id+" "+m.method.HTTP.Method+" "+path)
+		want = append(want, id+" "+m.HTTP.Method+" "+path)
 	}
 	slices.Sort(got)
 	slices.Sort(want)
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("operations, as the method table's HTTP rules (-table +document):\n%s", diff)
 	}
-	return ops
+	var routed []routedOp
+	for id, m := range table {
+		if op, ok := ops[id]; ok {
+			routed = append(routed, routedOp{id, op, m})
+		}
+	}
+	return routed
 }
 
 // keyed reports whether an operation of d needs an API key, by its own
@@ -147,19 +153,12 @@ func headerParams(d openAPIDoc, op openAPIOp) []string {
 // those that need the database.
 func TestOpenAPIv3FollowsTheTable(t *testing.T) {
 	d := readOpenAPI(t, openapiv3.Document)
-	ops := checkRoutes(t, d, true)
-	for id, m := range tableOps() {
-		op, ok := ops[id]
-		if !ok {
-			continue // checkRoutes said so
-		}
-		pol := m.method.Policy
+	for _, r := range checkRoutes(t, d, true) {
+		id, op, pol := r.id, r.op, r.method.Policy
 		if op.Security == nil {
 			t.Errorf("%s: no security of its own: every operation says whether it needs a key", id)
 		}
-		if got := keyed(d, op); got != !pol.Public {
-			t.Errorf("%s: needs a key: %v, want %v (public: %v)", id, got, !pol.Public, pol.Public)
-		}
+		checkKeyAndIdempotency(t, d, id, op, pol, "")
 		if op.Security != nil {
 			for _, req := range *op.Security {
 				for name := range req {
@@ -173,23 +172,14 @@ func TestOpenAPIv3FollowsTheTable(t *testing.T) {
 				}
 			}
 		}
-		if got := slices.Contains(headerParams(d, op), "Idempotency-Key"); got != pol.Idempotent {
-			t.Errorf("%s: Idempotency-Key parameter: %v, want %v (idempotent)", id, got, pol.Idempotent)
-		}
-		_, replayed := op.Responses["200"].Headers["Idempotent-Replayed"]
-		_, conflict := op.Responses["409"]
-		_, reused := op.Responses["422"]
-		if replayed != pol.Idempotent || conflict != pol.Idempotent || reused != pol.Idempotent {
-			t.Errorf("%s: Idempotent-Replayed %v, 409 %v, 422 %v; want each %v (idempotent)", id, replayed, conflict, reused, pol.Idempotent)
-		}
 		if _, ok := op.Responses["401"]; ok != !pol.Public {
 			t.Errorf("%s: 401 answer: %v, want %v (public: %v)", id, ok, !pol.Public, pol.Public)
 		}
 		if _, ok := op.Responses["503"]; ok != pol.Database {
 			t.Errorf("%s: 503 answer: %v, want %v (database)", id, ok, pol.Database)
 		}
-		if got, want := op.RequestBody != nil, m.method.HTTP.Body != ""; got != want {
-			t.Errorf("%s: request body: %v, want %v (body %q)", id, got, want, m.method.HTTP.Body)
+		if got, want := op.RequestBody != nil, r.method.HTTP.Body != ""; got != want {
+			t.Errorf("%s: request body: %v, want %v (body %q)", id, got, want, r.method.HTTP.Body)
 		}
 	}
 }
@@ -201,24 +191,27 @@ func TestOpenAPIv3FollowsTheTable(t *testing.T) {
 // stays as its clients know it, and cannot drift from the policies.
 func TestOpenAPIv2FollowsTheTable(t *testing.T) {
 	d := readOpenAPI(t, openapiv2.Document)
-	ops := checkRoutes(t, d, false)
-	for id, m := range tableOps() {
-		op, ok := ops[id]
-		if !ok {
-			continue // checkRoutes said so
-		}
-		pol := m.method.Policy
-		if got := keyed(d, op); got != !pol.Public {
-			t.Errorf("%s: needs a key: %v, want %v (public: %v): see its security in sheba.openapi.yaml", id, got, !pol.Public, pol.Public)
-		}
-		if got := slices.Contains(headerParams(d, op), "Idempotency-Key"); got != pol.Idempotent {
-			t.Errorf("%s: Idempotency-Key parameter: %v, want %v (idempotent): see sheba.openapi.yaml", id, got, pol.Idempotent)
-		}
-		_, replayed := op.Responses["200"].Headers["Idempotent-Replayed"]
-		_, conflict := op.Responses["409"]
-		_, reused := op.Responses["422"]
-		if replayed != pol.Idempotent || conflict != pol.Idempotent || reused != pol.Idempotent {
-			t.Errorf("%s: Idempotent-Replayed %v, 409 %v, 422 %v; want each %v (idempotent): see sheba.openapi.yaml", id, replayed, conflict, reused, pol.Idempotent)
-		}
+	for _, r := range checkRoutes(t, d, false) {
+		checkKeyAndIdempotency(t, d, r.id, r.op, r.method.Policy, ": see proto/sheba/v1/sheba.openapi.yaml")
+	}
+}
+
+// checkKeyAndIdempotency checks that op, the operation id of d, needs an
+// API key unless pol says it is public, and has the Idempotency-Key
+// parameter, the Idempotent-Replayed header of its 200 and the 409 and 422
+// answers if and only if pol says it is idempotent. hint ends each error.
+func checkKeyAndIdempotency(t *testing.T, d openAPIDoc, id string, op openAPIOp, pol shebav1.MethodPolicyTable, hint string) {
+	t.Helper()
+	if got := keyed(d, op); got != !pol.Public {
+		t.Errorf("%s: needs a key: %v, want %v (public: %v)%s", id, got, !pol.Public, pol.Public, hint)
+	}
+	if got := slices.Contains(headerParams(d, op), "Idempotency-Key"); got != pol.Idempotent {
+		t.Errorf("%s: Idempotency-Key parameter: %v, want %v (idempotent)%s", id, got, pol.Idempotent, hint)
+	}
+	_, replayed := op.Responses["200"].Headers["Idempotent-Replayed"]
+	_, conflict := op.Responses["409"]
+	_, reused := op.Responses["422"]
+	if replayed != pol.Idempotent || conflict != pol.Idempotent || reused != pol.Idempotent {
+		t.Errorf("%s: Idempotent-Replayed %v, 409 %v, 422 %v; want each %v (idempotent)%s", id, replayed, conflict, reused, pol.Idempotent, hint)
 	}
 }

@@ -27,6 +27,21 @@ import (
 // tools/ts, pinned by its lockfile).
 const prismBin = "../tools/ts/node_modules/.bin/prism"
 
+// requestKind is what a request of TestPrismProxy is to the document.
+type requestKind int
+
+const (
+	// valid: Prism reports no violation.
+	valid requestKind = iota
+	// invalid: the request breaks the document: Prism reports it, and
+	// no violation of the answer.
+	invalid
+	// refused: sheba refuses the request by a field's rules, which the
+	// document says as far as the protos' buf.validate rules do: Prism
+	// may report the request, and no violation of the answer.
+	refused
+)
+
 // prismViolation is one entry of Prism's sl-violations header.
 type prismViolation struct {
 	Location []string `json:"location"`
@@ -97,8 +112,8 @@ func startPrism(t *testing.T, doc, upstream string) (string, *shebaproc.Buffer) 
 // proxying to sheba, with the OpenAPI 3.1 document that sheba serves: what
 // a request may be and what each answer is. Prism finds no violation in
 // any answer, errors included, and none in the requests but the ones meant
-// to break the document (a wrong type, no API key), which sheba refuses
-// as the document says. Build tag prism: make test runs it, after its npm
+// to break the document (a wrong type, no API key, values out of a
+// field's rules), which sheba refuses as the document says. Build tag prism: make test runs it, after its npm
 // ci has installed Prism (docs/api.md#openapi).
 func TestPrismProxy(t *testing.T) {
 	t.Parallel()
@@ -107,9 +122,8 @@ func TestPrismProxy(t *testing.T) {
 	client := resttest.Client{BaseURL: url, Header: http.Header{"X-Api-Key": {testKey}}}
 
 	// call sends a request through Prism and checks its code and the
-	// violations Prism reports: none, unless badRequest, when there is
-	// at least one and all are the request's.
-	call := func(name string, badRequest bool, wantCode int, method, path, body string, header ...string) resttest.Response {
+	// violations Prism reports, as want says.
+	call := func(name string, want requestKind, wantCode int, method, path, body string, header ...string) resttest.Response {
 		t.Helper()
 		r := client.Do(t, method, path, body, header...)
 		if r.Code != wantCode {
@@ -126,9 +140,11 @@ func TestPrismProxy(t *testing.T) {
 			requestOnly = requestOnly && len(v.Location) > 0 && v.Location[0] == "request"
 		}
 		switch {
-		case !badRequest && len(vs) > 0:
+		case want == valid && len(vs) > 0:
 			t.Errorf("%s: %s %s: Prism reports violations of the document: %+v", name, method, path, vs)
-		case badRequest && (len(vs) == 0 || !requestOnly):
+		case want == invalid && len(vs) == 0:
+			t.Errorf("%s: %s %s: Prism reports no violation, want the request's", name, method, path)
+		case !requestOnly:
 			t.Errorf("%s: %s %s: Prism reports %+v, want violations of the request alone", name, method, path, vs)
 		}
 		return r
@@ -143,37 +159,41 @@ func TestPrismProxy(t *testing.T) {
 		return s
 	}
 
-	call("ping, no key (public)", false, 200, http.MethodGet, "/v1/ping", "", "X-Api-Key", "")
-	r := call("create account", false, 200, http.MethodPost, "/v1/accounts",
+	call("ping, no key (public)", valid, 200, http.MethodGet, "/v1/ping", "", "X-Api-Key", "")
+	r := call("create account", valid, 200, http.MethodPost, "/v1/accounts",
 		`{"username":"prism.user","password":"correct horse"}`, "Idempotency-Key", "prism-1")
 	account := field(r, "id")
-	call("create account, replayed", false, 200, http.MethodPost, "/v1/accounts",
+	call("create account, replayed", valid, 200, http.MethodPost, "/v1/accounts",
 		`{"username":"prism.user","password":"correct horse"}`, "Idempotency-Key", "prism-1")
-	call("create account, key reused", false, 422, http.MethodPost, "/v1/accounts",
+	call("create account, key reused", valid, 422, http.MethodPost, "/v1/accounts",
 		`{"username":"prism.other","password":"correct horse"}`, "Idempotency-Key", "prism-1")
-	call("username taken", false, 409, http.MethodPost, "/v1/accounts", `{"username":"prism.user","password":"correct horse"}`)
-	call("login", false, 200, http.MethodPost, "/v1/accounts:login", `{"username":"prism.user","password":"correct horse"}`)
-	call("login, wrong password", false, 401, http.MethodPost, "/v1/accounts:login", `{"username":"prism.user","password":"wrong horse"}`)
-	call("get account", false, 200, http.MethodGet, "/v1/accounts/"+account, "")
-	call("get account, as a bearer", false, 200, http.MethodGet, "/v1/accounts/"+account, "", "X-Api-Key", "", "Authorization", "Bearer "+testKey)
-	call("get account, none", false, 404, http.MethodGet, "/v1/accounts/"+unknownID, "")
+	call("username taken", valid, 409, http.MethodPost, "/v1/accounts", `{"username":"prism.user","password":"correct horse"}`)
+	call("login", valid, 200, http.MethodPost, "/v1/accounts:login", `{"username":"prism.user","password":"correct horse"}`)
+	call("login, wrong password", valid, 401, http.MethodPost, "/v1/accounts:login", `{"username":"prism.user","password":"wrong horse"}`)
+	call("get account", valid, 200, http.MethodGet, "/v1/accounts/"+account, "")
+	call("get account, as a bearer", valid, 200, http.MethodGet, "/v1/accounts/"+account, "", "X-Api-Key", "", "Authorization", "Bearer "+testKey)
+	call("get account, none", valid, 404, http.MethodGet, "/v1/accounts/"+unknownID, "")
 
-	call("create subscription", false, 200, http.MethodPost, "/v1/accounts/"+account+"/subscription", `{"plan":"pro"}`, "Idempotency-Key", `"prism-2"`)
-	call("get subscription", false, 200, http.MethodGet, "/v1/accounts/"+account+"/subscription", "")
-	call("cancel subscription", false, 200, http.MethodPost, "/v1/accounts/"+account+"/subscription:cancel", "", "Idempotency-Key", "prism-3")
-	call("cancel subscription, none", false, 404, http.MethodPost, "/v1/accounts/"+account+"/subscription:cancel", "{}")
-	call("list subscriptions", false, 200, http.MethodGet, "/v1/subscriptions?pageSize=10&plan=pro", "")
+	call("create subscription", valid, 200, http.MethodPost, "/v1/accounts/"+account+"/subscription", `{"plan":"pro"}`, "Idempotency-Key", `"prism-2"`)
+	call("get subscription", valid, 200, http.MethodGet, "/v1/accounts/"+account+"/subscription", "")
+	call("cancel subscription", valid, 200, http.MethodPost, "/v1/accounts/"+account+"/subscription:cancel", "", "Idempotency-Key", "prism-3")
+	call("cancel subscription, none", valid, 404, http.MethodPost, "/v1/accounts/"+account+"/subscription:cancel", "{}")
+	call("list subscriptions", valid, 200, http.MethodGet, "/v1/subscriptions?pageSize=10&plan=pro", "")
 
-	r = call("create webhook endpoint", false, 200, http.MethodPost, "/v1/webhookEndpoints",
+	r = call("create webhook endpoint", valid, 200, http.MethodPost, "/v1/webhookEndpoints",
 		`{"url":"http://127.0.0.1:1/hook","eventTypes":["subscription.created","account.created"],"description":"prism"}`)
 	endpoint := field(r, "id")
-	call("get webhook endpoint", false, 200, http.MethodGet, "/v1/webhookEndpoints/"+endpoint, "")
-	call("list webhook endpoints", false, 200, http.MethodGet, "/v1/webhookEndpoints?pageSize=5", "")
-	call("list deliveries", false, 200, http.MethodGet, "/v1/webhookEndpoints/"+endpoint+"/deliveries", "")
-	call("delete webhook endpoint", false, 200, http.MethodDelete, "/v1/webhookEndpoints/"+endpoint, "")
+	call("get webhook endpoint", valid, 200, http.MethodGet, "/v1/webhookEndpoints/"+endpoint, "")
+	call("list webhook endpoints", valid, 200, http.MethodGet, "/v1/webhookEndpoints?pageSize=5", "")
+	call("list deliveries", valid, 200, http.MethodGet, "/v1/webhookEndpoints/"+endpoint+"/deliveries", "")
+	call("delete webhook endpoint", valid, 200, http.MethodDelete, "/v1/webhookEndpoints/"+endpoint, "")
 
-	call("wrong type", true, 400, http.MethodPost, "/v1/accounts", `{"username":5,"password":"correct horse"}`)
-	call("no key", true, 401, http.MethodGet, "/v1/accounts/"+account, "", "X-Api-Key", "")
+	call("wrong type", invalid, 400, http.MethodPost, "/v1/accounts", `{"username":5,"password":"correct horse"}`)
+	call("username out of its rules", refused, 400, http.MethodPost, "/v1/accounts", `{"username":"X","password":"correct horse"}`)
+	call("id not a UUID", refused, 400, http.MethodGet, "/v1/accounts/not-a-uuid", "")
+	call("unknown event type", refused, 400, http.MethodPost, "/v1/webhookEndpoints", `{"url":"http://127.0.0.1:1/h","eventTypes":["nope"]}`)
+	call("page size below 0", refused, 400, http.MethodGet, "/v1/subscriptions?pageSize=-1", "")
+	call("no key", invalid, 401, http.MethodGet, "/v1/accounts/"+account, "", "X-Api-Key", "")
 
 	// What Prism logs of the answers: no violation of the document.
 	for line := range strings.Lines(out.String()) {

@@ -306,7 +306,7 @@ func TestAuth(t *testing.T) {
 	if _, err := shebav1.NewPingServiceClient(e.anon).Ping(t.Context(), &shebav1.PingRequest{}); err != nil {
 		t.Errorf("public Ping without key: %v", err)
 	}
-	for _, path := range []string{"/v1/ping", "/livez", "/openapi.json", "/docs"} {
+	for _, path := range []string{"/v1/ping", "/livez", "/openapi.json", "/openapi.v3.json", "/docs"} {
 		if r := e.do(t, http.MethodGet, path, "", "X-Api-Key", ""); r.Code/100 != 2 {
 			t.Errorf("GET %s without key: got %d", path, r.Code)
 		}
@@ -359,7 +359,7 @@ func TestOperatorEndpointsUnderRejection(t *testing.T) {
 	if o := e.getAccountGRPC(t.Context()); o.httpCode != 429 {
 		t.Errorf("business call with all slots taken: got %d, want 429", o.httpCode)
 	}
-	for path, want := range map[string]int{"/livez": 204, "/readyz": 200, "/openapi.json": 200, "/docs": 200, "/metrics": 200} {
+	for path, want := range map[string]int{"/livez": 204, "/readyz": 200, "/openapi.json": 200, "/openapi.v3.json": 200, "/docs": 200, "/metrics": 200} {
 		if r := e.do(t, http.MethodGet, path, ""); r.Code != want {
 			t.Errorf("GET %s while shedding: got %d, want %d", path, r.Code, want)
 		}

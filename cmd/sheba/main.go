@@ -1,5 +1,5 @@
 // Command sheba serves the sheba API over gRPC and REST, applies its
-// database migrations, and prints its OpenAPI document, API keys and
+// database migrations, and prints its OpenAPI documents, API keys and
 // version. Run `sheba help` for the commands.
 package main
 

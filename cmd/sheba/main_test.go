@@ -19,6 +19,7 @@ import (
 
 	"github.com/shebasvc/sheba/e2e/shebaproc"
 	"github.com/shebasvc/sheba/gen/openapiv2"
+	"github.com/shebasvc/sheba/gen/openapiv3"
 	"github.com/shebasvc/sheba/store/storetest"
 )
 
@@ -39,13 +40,25 @@ func runCmd(t *testing.T, env map[string]string, args ...string) (string, error)
 	return stdout.String(), err
 }
 
+// TestOpenAPICommand: sheba openapi prints the OpenAPI 2 document, as it
+// did before version 3.1 came, unless --version 3 asks for that one.
 func TestOpenAPICommand(t *testing.T) {
-	out, err := runCmd(t, nil, "openapi")
-	if err != nil {
-		t.Fatalf("sheba openapi: %v", err)
-	}
-	if out != openapiv2.Document {
-		t.Errorf("sheba openapi does not print the generated document")
+	for _, test := range []struct {
+		args []string
+		want string
+	}{
+		{nil, openapiv2.Document},
+		{[]string{"--version", "2"}, openapiv2.Document},
+		{[]string{"--version=3"}, openapiv3.Document},
+		{[]string{"--version", "3"}, openapiv3.Document},
+	} {
+		out, err := runCmd(t, nil, append([]string{"openapi"}, test.args...)...)
+		if err != nil {
+			t.Fatalf("sheba openapi %v: %v", test.args, err)
+		}
+		if out != test.want {
+			t.Errorf("sheba openapi %v does not print the generated document", test.args)
+		}
 	}
 }
 
@@ -114,6 +127,9 @@ func TestUsageErrors(t *testing.T) {
 		{"force without down", map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/db"}, []string{"migrate", "up", "--force"}, "--force is for migrate down only"},
 		{"apikey without id", nil, []string{"apikey", "new"}, "--id"},
 		{"apikey bad id", nil, []string{"apikey", "new", "--id", "Bad Id"}, "--id"},
+		{"openapi version that is none", nil, []string{"openapi", "--version", "4"}, "--version: want 2 or 3"},
+		{"openapi version not a number", nil, []string{"openapi", "--version", "3.1"}, "--version: want 2 or 3"},
+		{"openapi argument", nil, []string{"openapi", "3"}, `unexpected argument "3"`},
 	} {
 		t.Run(test.name, func(t *testing.T) {
 			_, err := runCmd(t, test.env, test.args...)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/shebasvc/sheba/config"
 	"github.com/shebasvc/sheba/gen/openapiv2"
+	"github.com/shebasvc/sheba/gen/openapiv3"
 	"github.com/shebasvc/sheba/internal/app"
 	"github.com/shebasvc/sheba/store"
 )
@@ -27,7 +28,8 @@ const usage = `usage:
                                             apply, revert one step, or list migrations;
                                             down refuses to drop tables that hold rows
                                             unless --force
-  sheba openapi                             print the OpenAPI document
+  sheba openapi [--version 2|3]             print the OpenAPI document: version 2
+                                            (the default) or 3.1
   sheba config check [--config FILE]        validate the configuration, connect nowhere
   sheba apikey new --id NAME                print a new API key and its config entry
   sheba version                             print version, commit and Go version
@@ -56,11 +58,7 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 	case "migrate":
 		return migrate(ctx, rest, lookup, stdout)
 	case "openapi":
-		if err := noArgs(flag.NewFlagSet(cmd, flag.ContinueOnError), rest); err != nil {
-			return err
-		}
-		_, err := io.WriteString(stdout, openapiv2.Document)
-		return err
+		return openapiCmd(rest, stdout)
 	case "config":
 		return configCmd(rest, lookup, stdout, stderr)
 	case "apikey":
@@ -233,6 +231,22 @@ func migrate(ctx context.Context, args []string, lookup func(string) (string, bo
 		fmt.Fprintf(tw, "%d\t%s\t%s\n", s.Version, s.Name, state)
 	}
 	return tw.Flush()
+}
+
+// openapiCmd prints an OpenAPI document: version 2 unless --version 3
+// asks for 3.1 (/openapi.json and /openapi.v3.json).
+func openapiCmd(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("openapi", flag.ContinueOnError)
+	v := fs.String("version", "2", "2 for OpenAPI 2, 3 for OpenAPI 3.1")
+	if err := noArgs(fs, args); err != nil {
+		return err
+	}
+	doc, ok := map[string]string{"2": openapiv2.Document, "3": openapiv3.Document}[*v]
+	if !ok {
+		return usagef("openapi: --version: want 2 or 3, got %q", *v)
+	}
+	_, err := io.WriteString(stdout, doc)
+	return err
 }
 
 func apikeyCmd(args []string, stdout io.Writer) error {

@@ -19,7 +19,7 @@ import (
 // relative to /docs, so the page works under any prefix a proxy adds.
 
 // docsDocument is the OpenAPI document the page renders, relative to /docs.
-const docsDocument = "openapi.json"
+const docsDocument = "openapi.v3.json"
 
 // docsAssets is where the page's files are, relative to /docs: a path
 // of their own for each version of Elements, so that they can be cached

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/shebasvc/sheba/gen/openapiv2"
+	"github.com/shebasvc/sheba/gen/openapiv3"
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/interceptors/reason"
 	"github.com/shebasvc/sheba/server/gateway"
@@ -145,7 +146,8 @@ func TestInternalErrorSaysNothingMore(t *testing.T) {
 }
 
 // TestOperatorEndpoints checks the endpoints beside the API: /livez and
-// /openapi.json are the gateway's own, /readyz and /metrics the Operator
+// the OpenAPI documents (/openapi.json, /openapi.v3.json, served without a
+// key) are the gateway's own, /readyz and /metrics the Operator
 // handlers it was given.
 func TestOperatorEndpoints(t *testing.T) {
 	t.Parallel()
@@ -168,10 +170,15 @@ func TestOperatorEndpoints(t *testing.T) {
 		t.Errorf("GET /metrics: got %q, want the Operator's Metrics answer", r.Body)
 	}
 
-	r = g.do(t, http.MethodGet, "/openapi.json", "")
-	wantCode(t, r, http.StatusOK)
-	if string(r.Body) != openapiv2.Document {
-		t.Errorf("GET /openapi.json does not serve the generated document")
+	for path, doc := range map[string]string{"/openapi.json": openapiv2.Document, "/openapi.v3.json": openapiv3.Document} {
+		r = g.do(t, http.MethodGet, path, "", "X-Api-Key", "")
+		wantCode(t, r, http.StatusOK)
+		if string(r.Body) != doc {
+			t.Errorf("GET %s does not serve the generated document", path)
+		}
+		if ct := r.Header.Get("Content-Type"); ct != "application/json" {
+			t.Errorf("GET %s: Content-Type %q, want application/json", path, ct)
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/shebasvc/sheba/gen/openapiv2"
+	"github.com/shebasvc/sheba/gen/openapiv3"
 )
 
 // Operator holds the handlers of the operator endpoints.
@@ -22,8 +23,8 @@ type Operator struct {
 
 // Handler serves the operator endpoints (docs/operations.md#ports-and-endpoints),
 // which no key, limit or shedding ever touches, unless they are served
-// elsewhere, the OpenAPI document and its reference page (/docs) just as
-// freely, and everything else with rest.
+// elsewhere, and the OpenAPI documents, their reference page (/docs) and
+// everything else with rest.
 func Handler(rest http.Handler, op Operator) http.Handler {
 	mux := handlerMux(rest, op)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -42,13 +43,21 @@ func handlerMux(rest http.Handler, op Operator) *http.ServeMux {
 	if !op.Elsewhere {
 		handleOperator(mux, op)
 	}
-	mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, openapiv2.Document)
-	})
+	// The OpenAPI documents: version 2 for the clients that read it,
+	// version 3.1 beside it (docs/api.md#openapi).
+	mux.Handle("GET /openapi.json", document(openapiv2.Document))
+	mux.Handle("GET /openapi.v3.json", document(openapiv3.Document))
 	handleDocs(mux)
 	mux.Handle("/", rest)
 	return mux
+}
+
+// document serves doc, a JSON document.
+func document(doc string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, doc)
+	})
 }
 
 // apiPath reports whether r is one that the mux of Handler gives to rest

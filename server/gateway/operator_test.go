@@ -46,6 +46,7 @@ func TestHandlerServesAsItsMux(t *testing.T) {
 		{http.MethodGet, "/metrics"},
 		{http.MethodPost, "/metrics"},
 		{http.MethodGet, "/openapi.json"},
+		{http.MethodGet, "/openapi.v3.json"},
 		{http.MethodGet, "/docs"},
 		{http.MethodPost, "/docs"},
 		{http.MethodGet, "/docs/elements-" + docs.ElementsVersion + "/styles.min.css"},

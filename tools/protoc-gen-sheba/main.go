@@ -23,35 +23,18 @@ import (
 	"strconv"
 	"strings"
 
-	"google.golang.org/genproto/googleapis/api/annotations"
 	"google.golang.org/protobuf/compiler/protogen"
-	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/types/descriptorpb"
-	"google.golang.org/protobuf/types/dynamicpb"
 	"google.golang.org/protobuf/types/pluginpb"
-)
 
-// policyExtension is the full name of the policy option.
-const policyExtension = "sheba.v1.policy"
+	"github.com/shebasvc/sheba/tools/internal/shebaopt"
+)
 
 func main() {
 	protogen.Options{}.Run(func(p *protogen.Plugin) error {
 		p.SupportedFeatures = uint64(pluginpb.CodeGeneratorResponse_FEATURE_PROTO3_OPTIONAL)
 		return generate(p)
 	})
-}
-
-// policy is one method's (sheba.v1.policy).
-type policy struct {
-	public, idempotent, database, readOnly bool
-	events                                 []string
-}
-
-// httpRule is one method's (google.api.http).
-type httpRule struct {
-	verb, path, body, responseBody string
 }
 
 func generate(p *protogen.Plugin) error {
@@ -99,90 +82,12 @@ func policyType(p *protogen.Plugin) (protoreflect.ExtensionDescriptor, error) {
 	for _, f := range p.Files {
 		xs := f.Desc.Extensions()
 		for i := range xs.Len() {
-			if xd := xs.Get(i); xd.FullName() == policyExtension {
+			if xd := xs.Get(i); xd.FullName() == shebaopt.PolicyExtension {
 				return xd, nil
 			}
 		}
 	}
-	return nil, fmt.Errorf("no extension %s among the files: import sheba/v1/options.proto", policyExtension)
-}
-
-func readPolicy(m *protogen.Method, xd protoreflect.ExtensionDescriptor) (policy, error) {
-	opts, _ := m.Desc.Options().(*descriptorpb.MethodOptions)
-	// The option arrives among the unknown fields (the plugin links no Go
-	// type of it): its occurrences, concatenated, are one message (the
-	// wire format merges them).
-	var raw []byte
-	found := false
-	for b := opts.ProtoReflect().GetUnknown(); len(b) > 0; {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return policy{}, protowire.ParseError(n)
-		}
-		b = b[n:]
-		if num == xd.Number() && typ == protowire.BytesType {
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return policy{}, protowire.ParseError(n)
-			}
-			raw, found = append(raw, v...), true
-			b = b[n:]
-			continue
-		}
-		n = protowire.ConsumeFieldValue(num, typ, b)
-		if n < 0 {
-			return policy{}, protowire.ParseError(n)
-		}
-		b = b[n:]
-	}
-	if !found {
-		return policy{}, fmt.Errorf("%s: no option (%s): every RPC says its policy (proto/sheba/v1/options.proto)", m.Desc.FullName(), policyExtension)
-	}
-	msg := dynamicpb.NewMessage(xd.Message())
-	if err := proto.Unmarshal(raw, msg); err != nil {
-		return policy{}, fmt.Errorf("%s: option (%s): %w", m.Desc.FullName(), policyExtension, err)
-	}
-	field := func(name string) protoreflect.Value {
-		return msg.Get(msg.Descriptor().Fields().ByName(protoreflect.Name(name)))
-	}
-	pol := policy{
-		public:     field("public").Bool(),
-		idempotent: field("idempotent").Bool(),
-		database:   field("database").Bool(),
-		readOnly:   field("read_only").Bool(),
-	}
-	events := field("events").List()
-	for i := range events.Len() {
-		pol.events = append(pol.events, events.Get(i).String())
-	}
-	return pol, nil
-}
-
-func readHTTP(m *protogen.Method) (httpRule, error) {
-	opts, _ := m.Desc.Options().(*descriptorpb.MethodOptions)
-	rule, _ := proto.GetExtension(opts, annotations.E_Http).(*annotations.HttpRule)
-	if rule == nil || rule.GetPattern() == nil {
-		return httpRule{}, fmt.Errorf("%s: no option (google.api.http): every RPC has a REST route", m.Desc.FullName())
-	}
-	if len(rule.GetAdditionalBindings()) > 0 {
-		return httpRule{}, fmt.Errorf("%s: additional_bindings are not supported: one route per RPC", m.Desc.FullName())
-	}
-	r := httpRule{body: rule.GetBody(), responseBody: rule.GetResponseBody()}
-	switch pat := rule.GetPattern().(type) {
-	case *annotations.HttpRule_Get:
-		r.verb, r.path = "GET", pat.Get
-	case *annotations.HttpRule_Post:
-		r.verb, r.path = "POST", pat.Post
-	case *annotations.HttpRule_Put:
-		r.verb, r.path = "PUT", pat.Put
-	case *annotations.HttpRule_Delete:
-		r.verb, r.path = "DELETE", pat.Delete
-	case *annotations.HttpRule_Patch:
-		r.verb, r.path = "PATCH", pat.Patch
-	default:
-		return httpRule{}, fmt.Errorf("%s: custom HTTP verbs are not supported", m.Desc.FullName())
-	}
-	return r, nil
+	return nil, fmt.Errorf("no extension %s among the files: import sheba/v1/options.proto", shebaopt.PolicyExtension)
 }
 
 var (
@@ -268,11 +173,11 @@ func writeService(g *protogen.GeneratedFile, s *protogen.Service, xt protoreflec
 		if m.Desc.IsStreamingClient() || m.Desc.IsStreamingServer() {
 			return fmt.Errorf("%s: streaming methods have no table entry yet", m.Desc.FullName())
 		}
-		pol, err := readPolicy(m, xt)
+		pol, err := shebaopt.ReadPolicy(m.Desc, xt)
 		if err != nil {
 			return err
 		}
-		rule, err := readHTTP(m)
+		rule, err := shebaopt.ReadHTTP(m.Desc)
 		if err != nil {
 			return err
 		}
@@ -284,18 +189,18 @@ func writeService(g *protogen.GeneratedFile, s *protogen.Service, xt protoreflec
 		g.P("Call: func(srv any, ctx ", contextPkg.Ident("Context"), ", req any) (any, error) {")
 		g.P("return srv.(", s.GoName, "Server).", m.GoName, "(ctx, req.(*", req, "))")
 		g.P("},")
-		g.P("HTTP: HTTPRule{Method: ", strconv.Quote(rule.verb), ", Path: ", strconv.Quote(rule.path),
-			", Body: ", strconv.Quote(rule.body), ", ResponseBody: ", strconv.Quote(rule.responseBody), "},")
+		g.P("HTTP: HTTPRule{Method: ", strconv.Quote(rule.Verb), ", Path: ", strconv.Quote(rule.Path),
+			", Body: ", strconv.Quote(rule.Body), ", ResponseBody: ", strconv.Quote(rule.ResponseBody), "},")
 		events := "nil"
-		if len(pol.events) > 0 {
-			q := make([]string, len(pol.events))
-			for i, e := range slices.Sorted(slices.Values(pol.events)) {
+		if len(pol.Events) > 0 {
+			q := make([]string, len(pol.Events))
+			for i, e := range slices.Sorted(slices.Values(pol.Events)) {
 				q[i] = strconv.Quote(e)
 			}
 			events = "[]string{" + strings.Join(q, ", ") + "}"
 		}
-		g.P("Policy: MethodPolicyTable{Public: ", pol.public, ", Idempotent: ", pol.idempotent,
-			", Database: ", pol.database, ", ReadOnly: ", pol.readOnly, ", Events: ", events, "},")
+		g.P("Policy: MethodPolicyTable{Public: ", pol.Public, ", Idempotent: ", pol.Idempotent,
+			", Database: ", pol.Database, ", ReadOnly: ", pol.ReadOnly, ", Events: ", events, "},")
 		g.P("},")
 	}
 	g.P("},")

@@ -241,10 +241,12 @@ func (x *WebhookEndpoint) GetSecret() string {
 // CreateWebhookEndpointRequest describes the endpoint to register.
 type CreateWebhookEndpointRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The http or https URL to POST events to, at most 2048 bytes: an
-	// absolute URI (RFC 3986) with a host, no user information and no
-	// fragment. Its target must be public (docs/webhooks.md#private-networks),
-	// which only a lookup tells.
+	// The http or https URL to POST events to, at most 2048 bytes: absolute,
+	// with a host, no user information and no fragment. Its target must be
+	// public (docs/webhooks.md#private-networks), which only a lookup tells.
+	// (No string.uri: protovalidate-go's refuses an IPv6 literal that holds
+	// an IPv4 address, [::ffff:8.8.8.8], which RFC 3986 allows; the server
+	// parses the URL as Go does.)
 	Url string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
 	// The event types to receive: at least one, each at most once, so at
 	// most as many as there are.
@@ -988,9 +990,9 @@ const file_sheba_v1_webhook_proto_rawDesc = "" +
 	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12\x1b\n" +
 	"\x06secret\x18\a \x01(\tH\x00R\x06secret\x88\x01\x01B\t\n" +
-	"\a_secret\"\x97\x02\n" +
-	"\x1cCreateWebhookEndpointRequest\x12Z\n" +
-	"\x03url\x18\x01 \x01(\tBH\xbaHE\xc8\x01\x01r@(\x80\x1028^[Hh][Tt][Tt][Pp][Ss]?://[^@/?#:][^@/?#]*([/?][^#]*)?#?$\x88\x01\x01R\x03url\x12o\n" +
+	"\a_secret\"\x94\x02\n" +
+	"\x1cCreateWebhookEndpointRequest\x12W\n" +
+	"\x03url\x18\x01 \x01(\tBE\xbaHB\xc8\x01\x01r=(\x80\x1028^[Hh][Tt][Tt][Pp][Ss]?://[^@/?#:][^@/?#]*([/?][^#]*)?#?$R\x03url\x12o\n" +
 	"\vevent_types\x18\x02 \x03(\tBN\xbaHK\x92\x01H\b\x01\x10\x03\x18\x01\"@r>R\x0faccount.createdR\x14subscription.createdR\x15subscription.canceledR\n" +
 	"eventTypes\x12*\n" +
 	"\vdescription\x18\x03 \x01(\tB\b\xbaH\x05r\x03(\x80\x02R\vdescription\"e\n" +

@@ -44,6 +44,13 @@ type invalidRequest struct {
 // REST and Connect (JSON), and checks the answer: the code, the
 // BadRequest's field names in order, and the one ErrorInfo's reason. Run
 // with -v, it logs each answer's message and violations.
+//
+// The answers are those the handlers gave when they checked the rules by
+// hand, but where a request breaks a constraint of its proto and a rule
+// that only its handler checks (a page token), or where an idempotency
+// key is wrong too: the chain's validation link answers the constraints
+// before the handler and the idempotency link run, so only their
+// violations are listed.
 func TestInvalidRequests(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t)
@@ -179,9 +186,10 @@ func TestInvalidRequests(t *testing.T) {
 		request("list subscriptions: garbage token", func() (string, proto.Message, string, string, string) { return listSubscriptions(0, "", "garbage") }, "page_token"),
 		request("list subscriptions: token of another filter", func() (string, proto.Message, string, string, string) { return listSubscriptions(0, "odd", subToken) }, "page_token"),
 		request("list subscriptions: token without its filter", func() (string, proto.Message, string, string, string) { return listSubscriptions(0, "", subToken) }, "page_token"),
+		// page_token is the handler's, which the request does not reach.
 		request("list subscriptions: negative size, bad plan, made-up token", func() (string, proto.Message, string, string, string) {
 			return listSubscriptions(-1, "Pro!", "made-up")
-		}, "page_size", "plan", "page_token"),
+		}, "page_size", "plan"),
 
 		request("webhook: unknown event type", func() (string, proto.Message, string, string, string) {
 			return hook("https://8.8.8.8/a", []string{"account.deleted"}, "")
@@ -256,7 +264,7 @@ func TestInvalidRequests(t *testing.T) {
 		}, "page_token"),
 		request("list webhooks: token of another listing, negative size", func() (string, proto.Message, string, string, string) {
 			return at(listHooks, &shebav1.ListWebhookEndpointsRequest{PageSize: -5, PageToken: subToken}, http.MethodGet, "/v1/webhookEndpoints?page_size=-5&page_token="+subToken, "")
-		}, "page_size", "page_token"),
+		}, "page_size"),
 		request("list deliveries: bad id and size", func() (string, proto.Message, string, string, string) {
 			return at(listDeliv, &shebav1.ListWebhookDeliveriesRequest{EndpointId: "42", PageSize: -1}, http.MethodGet, "/v1/webhookEndpoints/42/deliveries?page_size=-1", "")
 		}, "endpoint_id", "page_size"),
@@ -265,15 +273,12 @@ func TestInvalidRequests(t *testing.T) {
 				"/v1/webhookEndpoints/"+unknownID+"/deliveries?page_token="+endpointToken, "")
 		}, "page_token"),
 
-		// With an idempotency key: malformed, and used already by another
-		// request.
-		with(request("subscribe: bad plan, malformed key", func() (string, proto.Message, string, string, string) { return subscribe(unknownID, "Pro!") }, "idempotency-key"),
+		// With an idempotency key, malformed or used already by another
+		// request: validation runs before the idempotency link.
+		with(request("subscribe: bad plan, malformed key", func() (string, proto.Message, string, string, string) { return subscribe(unknownID, "Pro!") }, "plan"),
 			func(r *invalidRequest) { r.header = []string{"Idempotency-Key", `"open`} }),
-		with(request("create account: bad username, key used already", func() (string, proto.Message, string, string, string) { return create("Keyed!", "password1") }),
-			func(r *invalidRequest) {
-				r.header = []string{"Idempotency-Key", "used"}
-				r.httpCode, r.why = http.StatusUnprocessableEntity, "IDEMPOTENCY_KEY_REUSED"
-			}),
+		with(request("create account: bad username, key used already", func() (string, proto.Message, string, string, string) { return create("Keyed!", "password1") }, "username"),
+			func(r *invalidRequest) { r.header = []string{"Idempotency-Key", "used"} }),
 	}
 	for _, test := range tests {
 		t.Run(test.name, func(t *testing.T) {

@@ -98,187 +98,133 @@ func TestInvalidRequests(t *testing.T) {
 		rotateHook    = shebav1.WebhookService_RotateWebhookSecret_FullMethodName
 		listDeliv     = shebav1.WebhookService_ListWebhookDeliveries_FullMethodName
 	)
-	credentials := func(method, path, username, password string) (string, proto.Message, string, string, string) {
-		body := fmt.Sprintf(`{"username":%q,"password":%q}`, username, password)
-		if method == login {
-			return method, &shebav1.LoginRequest{Username: username, Password: password}, http.MethodPost, path, body
-		}
-		return method, &shebav1.CreateAccountRequest{Username: username, Password: password}, http.MethodPost, path, body
+	// Each builder returns the request on every transport; named gives it
+	// its name and the fields its answer names.
+	at := func(method string, req proto.Message, verb, path, body string) invalidRequest {
+		return invalidRequest{method: method, req: req, verb: verb, path: path, body: body}
 	}
-	create := func(username, password string) (string, proto.Message, string, string, string) {
-		return credentials(createAccount, "/v1/accounts", username, password)
+	named := func(name string, r invalidRequest, fields ...string) invalidRequest {
+		r.name, r.fields = name, fields
+		return r
 	}
-	subscribe := func(id, plan string) (string, proto.Message, string, string, string) {
-		return createSub, &shebav1.CreateSubscriptionRequest{AccountId: id, Plan: plan}, http.MethodPost, "/v1/accounts/" + id + "/subscription", fmt.Sprintf(`{"plan":%q}`, plan)
+	create := func(username, password string) invalidRequest {
+		return at(createAccount, &shebav1.CreateAccountRequest{Username: username, Password: password},
+			http.MethodPost, "/v1/accounts", fmt.Sprintf(`{"username":%q,"password":%q}`, username, password))
 	}
-	hook := func(url string, types []string, description string) (string, proto.Message, string, string, string) {
+	logIn := func(username, password string) invalidRequest {
+		return at(login, &shebav1.LoginRequest{Username: username, Password: password},
+			http.MethodPost, "/v1/accounts:login", fmt.Sprintf(`{"username":%q,"password":%q}`, username, password))
+	}
+	getAccountOf := func(id string) invalidRequest {
+		return at(getAccount, &shebav1.GetAccountRequest{AccountId: id}, http.MethodGet, "/v1/accounts/"+id, "")
+	}
+	subscribe := func(id, plan string) invalidRequest {
+		return at(createSub, &shebav1.CreateSubscriptionRequest{AccountId: id, Plan: plan},
+			http.MethodPost, "/v1/accounts/"+id+"/subscription", fmt.Sprintf(`{"plan":%q}`, plan))
+	}
+	listSubscriptions := func(size int32, plan, token string) invalidRequest {
+		return at(listSubs, &shebav1.ListSubscriptionsRequest{PageSize: size, Plan: plan, PageToken: token}, http.MethodGet,
+			fmt.Sprintf("/v1/subscriptions?page_size=%d&plan=%s&page_token=%s", size, plan, token), "")
+	}
+	hook := func(url string, types []string, description string) invalidRequest {
 		req := &shebav1.CreateWebhookEndpointRequest{Url: url, EventTypes: types, Description: description}
 		body, err := protojson.Marshal(req)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return createHook, req, http.MethodPost, "/v1/webhookEndpoints", string(body)
+		return at(createHook, req, http.MethodPost, "/v1/webhookEndpoints", string(body))
 	}
-	listSubscriptions := func(size int32, plan, token string) (string, proto.Message, string, string, string) {
-		return listSubs, &shebav1.ListSubscriptionsRequest{PageSize: size, Plan: plan, PageToken: token}, http.MethodGet,
-			fmt.Sprintf("/v1/subscriptions?page_size=%d&plan=%s&page_token=%s", size, plan, token), ""
+	created := []string{"account.created"}
+	listHooksOf := func(size int32, token string) invalidRequest {
+		return at(listHooks, &shebav1.ListWebhookEndpointsRequest{PageSize: size, PageToken: token}, http.MethodGet,
+			fmt.Sprintf("/v1/webhookEndpoints?page_size=%d&page_token=%s", size, token), "")
 	}
-	at := func(method string, req proto.Message, verb, path, body string) (string, proto.Message, string, string, string) {
-		return method, req, verb, path, body
+	listDeliveries := func(id string, size int32, token string) invalidRequest {
+		return at(listDeliv, &shebav1.ListWebhookDeliveriesRequest{EndpointId: id, PageSize: size, PageToken: token}, http.MethodGet,
+			fmt.Sprintf("/v1/webhookEndpoints/%s/deliveries?page_size=%d&page_token=%s", id, size, token), "")
 	}
-	request := func(name string, call func() (string, proto.Message, string, string, string), fields ...string) invalidRequest {
-		r := invalidRequest{name: name, fields: fields}
-		r.method, r.req, r.verb, r.path, r.body = call()
+	withHeader := func(r invalidRequest, name, value string) invalidRequest {
+		r.header = []string{name, value}
 		return r
 	}
-	with := func(r invalidRequest, edit func(*invalidRequest)) invalidRequest {
-		edit(&r)
-		return r
-	}
+	noHyphens := strings.ReplaceAll(unknownID, "-", "")
 	three := []string{"account.created", "subscription.created", "subscription.canceled"}
+	private := named("webhook: private target", hook("http://127.0.0.1/hook", created, ""), "url")
+	private.why = reason.WebhookURLNotAllowed
 
 	tests := []invalidRequest{
-		request("short username", func() (string, proto.Message, string, string, string) { return create("ab", "password1") }, "username"),
-		request("long username", func() (string, proto.Message, string, string, string) { return create(long, "password1") }, "username"),
-		request("upper case username", func() (string, proto.Message, string, string, string) { return create("Alice", "password1") }, "username"),
-		request("username with space", func() (string, proto.Message, string, string, string) { return create("al ice", "password1") }, "username"),
-		request("empty username", func() (string, proto.Message, string, string, string) { return create("", "password1") }, "username"),
-		request("short password", func() (string, proto.Message, string, string, string) { return create("alice", "1234567") }, "password"),
-		request("long password", func() (string, proto.Message, string, string, string) { return create("alice", longPassword) }, "password"),
-		request("bad username and password", func() (string, proto.Message, string, string, string) { return create("Al", "short") }, "username", "password"),
-		request("connect: username NOT VALID!", func() (string, proto.Message, string, string, string) { return create("NOT VALID!", "password1") }, "username"),
-		request("login: short username", func() (string, proto.Message, string, string, string) {
-			return credentials(login, "/v1/accounts:login", "c", "s3cret-pass")
-		}, "username"),
-		request("login: no password", func() (string, proto.Message, string, string, string) {
-			return at(login, &shebav1.LoginRequest{Username: "carol"}, http.MethodPost, "/v1/accounts:login", `{"username":"carol"}`)
-		}, "password"),
-		request("login: long password", func() (string, proto.Message, string, string, string) {
-			return credentials(login, "/v1/accounts:login", "nobody", longPassword)
-		}, "password"),
-		request("get account: not a UUID", func() (string, proto.Message, string, string, string) {
-			return at(getAccount, &shebav1.GetAccountRequest{AccountId: "not-a-uuid"}, http.MethodGet, "/v1/accounts/not-a-uuid", "")
-		}, "account_id"),
-		request("get account: UUID without dashes", func() (string, proto.Message, string, string, string) {
-			return at(getAccount, &shebav1.GetAccountRequest{AccountId: "0123456789abcdef0123456789abcdef"}, http.MethodGet, "/v1/accounts/0123456789abcdef0123456789abcdef", "")
-		}, "account_id"),
-		request("get account: nope", func() (string, proto.Message, string, string, string) {
-			return at(getAccount, &shebav1.GetAccountRequest{AccountId: "nope"}, http.MethodGet, "/v1/accounts/nope", "")
-		}, "account_id"),
+		named("short username", create("ab", "password1"), "username"),
+		named("long username", create(long, "password1"), "username"),
+		named("upper case username", create("Alice", "password1"), "username"),
+		named("username with space", create("al ice", "password1"), "username"),
+		named("empty username", create("", "password1"), "username"),
+		named("short password", create("alice", "1234567"), "password"),
+		named("long password", create("alice", longPassword), "password"),
+		named("bad username and password", create("Al", "short"), "username", "password"),
+		named("username NOT VALID!", create("NOT VALID!", "password1"), "username"),
+		named("login: short username", logIn("c", "s3cret-pass"), "username"),
+		named("login: no password", at(login, &shebav1.LoginRequest{Username: "carol"}, http.MethodPost, "/v1/accounts:login", `{"username":"carol"}`), "password"),
+		named("login: long password", logIn("nobody", longPassword), "password"),
+		named("get account: not a UUID", getAccountOf("not-a-uuid"), "account_id"),
+		named("get account: UUID without dashes", getAccountOf("0123456789abcdef0123456789abcdef"), "account_id"),
+		named("get account: nope", getAccountOf("nope"), "account_id"),
 
-		request("subscribe: bad plan on unknown account", func() (string, proto.Message, string, string, string) { return subscribe(unknownID, "Pro Plan") }, "plan"),
-		request("subscribe: empty plan", func() (string, proto.Message, string, string, string) { return subscribe(unknownID, "") }, "plan"),
-		request("subscribe: long plan", func() (string, proto.Message, string, string, string) { return subscribe(unknownID, long) }, "plan"),
-		request("subscribe: bad account id", func() (string, proto.Message, string, string, string) { return subscribe("42", "pro") }, "account_id"),
-		request("subscribe: bad id and plan", func() (string, proto.Message, string, string, string) { return subscribe("42", "Pro!") }, "account_id", "plan"),
-		request("get subscription: bad id", func() (string, proto.Message, string, string, string) {
-			return at(getSub, &shebav1.GetSubscriptionRequest{AccountId: "42"}, http.MethodGet, "/v1/accounts/42/subscription", "")
-		}, "account_id"),
-		request("cancel subscription: bad id", func() (string, proto.Message, string, string, string) {
-			return at(cancelSub, &shebav1.CancelSubscriptionRequest{AccountId: "nope"}, http.MethodPost, "/v1/accounts/nope/subscription:cancel", "")
-		}, "account_id"),
-		request("cancel subscription: id without hyphens", func() (string, proto.Message, string, string, string) {
-			id := strings.ReplaceAll(unknownID, "-", "")
-			return at(cancelSub, &shebav1.CancelSubscriptionRequest{AccountId: id}, http.MethodPost, "/v1/accounts/"+id+"/subscription:cancel", "")
-		}, "account_id"),
-		request("list subscriptions: negative page size", func() (string, proto.Message, string, string, string) { return listSubscriptions(-1, "", "") }, "page_size"),
-		request("list subscriptions: bad plan", func() (string, proto.Message, string, string, string) { return listSubscriptions(0, "Not-A-Plan!", "") }, "plan"),
-		request("list subscriptions: garbage token", func() (string, proto.Message, string, string, string) { return listSubscriptions(0, "", "garbage") }, "page_token"),
-		request("list subscriptions: token of another filter", func() (string, proto.Message, string, string, string) { return listSubscriptions(0, "odd", subToken) }, "page_token"),
-		request("list subscriptions: token without its filter", func() (string, proto.Message, string, string, string) { return listSubscriptions(0, "", subToken) }, "page_token"),
+		named("subscribe: bad plan on unknown account", subscribe(unknownID, "Pro Plan"), "plan"),
+		named("subscribe: empty plan", subscribe(unknownID, ""), "plan"),
+		named("subscribe: long plan", subscribe(unknownID, long), "plan"),
+		named("subscribe: bad account id", subscribe("42", "pro"), "account_id"),
+		named("subscribe: bad id and plan", subscribe("42", "Pro!"), "account_id", "plan"),
+		named("get subscription: bad id", at(getSub, &shebav1.GetSubscriptionRequest{AccountId: "42"}, http.MethodGet, "/v1/accounts/42/subscription", ""), "account_id"),
+		named("cancel subscription: bad id", at(cancelSub, &shebav1.CancelSubscriptionRequest{AccountId: "nope"},
+			http.MethodPost, "/v1/accounts/nope/subscription:cancel", ""), "account_id"),
+		named("cancel subscription: id without hyphens", at(cancelSub, &shebav1.CancelSubscriptionRequest{AccountId: noHyphens},
+			http.MethodPost, "/v1/accounts/"+noHyphens+"/subscription:cancel", ""), "account_id"),
+		named("list subscriptions: negative page size", listSubscriptions(-1, "", ""), "page_size"),
+		named("list subscriptions: bad plan", listSubscriptions(0, "Not-A-Plan!", ""), "plan"),
+		named("list subscriptions: garbage token", listSubscriptions(0, "", "garbage"), "page_token"),
+		named("list subscriptions: token of another filter", listSubscriptions(0, "odd", subToken), "page_token"),
+		named("list subscriptions: token without its filter", listSubscriptions(0, "", subToken), "page_token"),
 		// page_token is the handler's, which the request does not reach.
-		request("list subscriptions: negative size, bad plan, made-up token", func() (string, proto.Message, string, string, string) {
-			return listSubscriptions(-1, "Pro!", "made-up")
-		}, "page_size", "plan"),
+		named("list subscriptions: negative size, bad plan, made-up token", listSubscriptions(-1, "Pro!", "made-up"), "page_size", "plan"),
 
-		request("webhook: unknown event type", func() (string, proto.Message, string, string, string) {
-			return hook("https://8.8.8.8/a", []string{"account.deleted"}, "")
-		}, "event_types[0]"),
-		request("webhook: event type twice", func() (string, proto.Message, string, string, string) {
-			return hook("https://8.8.8.8/a", []string{"account.created", "account.created"}, "")
-		}, "event_types[1]"),
-		request("webhook: no event types", func() (string, proto.Message, string, string, string) { return hook("https://8.8.8.8/a", nil, "") }, "event_types"),
-		request("webhook: no url", func() (string, proto.Message, string, string, string) {
-			return hook("", []string{"account.created"}, "")
-		}, "url"),
-		request("webhook: bad url", func() (string, proto.Message, string, string, string) {
-			return hook("http://%zz", []string{"account.created"}, "")
-		}, "url"),
-		request("webhook: relative url", func() (string, proto.Message, string, string, string) {
-			return hook("/hook", []string{"account.created"}, "")
-		}, "url"),
-		request("webhook: ftp scheme", func() (string, proto.Message, string, string, string) {
-			return hook("ftp://8.8.8.8/a", []string{"account.created"}, "")
-		}, "url"),
-		request("webhook: file scheme", func() (string, proto.Message, string, string, string) {
-			return hook("file:///etc/passwd", []string{"account.created"}, "")
-		}, "url"),
-		request("webhook: user in url", func() (string, proto.Message, string, string, string) {
-			return hook("https://me:pw@8.8.8.8/a", []string{"account.created"}, "")
-		}, "url"),
-		request("webhook: fragment in url", func() (string, proto.Message, string, string, string) {
-			return hook("https://8.8.8.8/a#top", []string{"account.created"}, "")
-		}, "url"),
-		request("webhook: url without host", func() (string, proto.Message, string, string, string) {
-			return hook("https://:443/a", []string{"account.created"}, "")
-		}, "url"),
-		request("webhook: url too long", func() (string, proto.Message, string, string, string) {
-			return hook(longURL, []string{"account.created"}, "")
-		}, "url"),
-		request("webhook: duplicate endpoint", func() (string, proto.Message, string, string, string) {
-			return hook(dupURL, []string{"subscription.created"}, "")
-		}, "url"),
-		request("webhook: description too long", func() (string, proto.Message, string, string, string) {
-			return hook("https://8.8.8.8/b", []string{"account.created"}, longDescription)
-		}, "description"),
-		request("webhook: every field bad", func() (string, proto.Message, string, string, string) {
-			return hook("ftp://example.com/hook", []string{"account.created", "account.deleted", "account.created"}, longDescription)
-		}, "url", "event_types[1]", "event_types[2]", "description"),
-		request("webhook: no url, no types", func() (string, proto.Message, string, string, string) { return hook("", nil, "") }, "url", "event_types"),
-		request("webhook: one long unknown type", func() (string, proto.Message, string, string, string) {
-			return hook("https://8.8.8.8/a", []string{longType}, "")
-		}, "event_types[0]"),
-		request("webhook: long duplicates", func() (string, proto.Message, string, string, string) {
-			return hook("https://8.8.8.8/a", []string{longType, longType}, "")
-		}, "event_types[0]", "event_types[1]"),
-		request("webhook: more types than there are", func() (string, proto.Message, string, string, string) {
-			return hook("https://8.8.8.8/a", append(three, "account.created"), "")
-		}, "event_types"),
-		with(request("webhook: private target", func() (string, proto.Message, string, string, string) {
-			return hook("http://127.0.0.1/hook", []string{"account.created"}, "")
-		}, "url"), func(r *invalidRequest) { r.why = reason.WebhookURLNotAllowed }),
-		request("get webhook: not a UUID", func() (string, proto.Message, string, string, string) {
-			return at(getHook, &shebav1.GetWebhookEndpointRequest{EndpointId: "not-a-uuid"}, http.MethodGet, "/v1/webhookEndpoints/not-a-uuid", "")
-		}, "endpoint_id"),
-		request("delete webhook: not a UUID", func() (string, proto.Message, string, string, string) {
-			return at(deleteHook, &shebav1.DeleteWebhookEndpointRequest{EndpointId: "not-a-uuid"}, http.MethodDelete, "/v1/webhookEndpoints/not-a-uuid", "")
-		}, "endpoint_id"),
-		request("rotate secret: not a UUID", func() (string, proto.Message, string, string, string) {
-			return at(rotateHook, &shebav1.RotateWebhookSecretRequest{EndpointId: "not-a-uuid"}, http.MethodPost, "/v1/webhookEndpoints/not-a-uuid:rotateSecret", "")
-		}, "endpoint_id"),
-		request("list webhooks: negative page size", func() (string, proto.Message, string, string, string) {
-			return at(listHooks, &shebav1.ListWebhookEndpointsRequest{PageSize: -1}, http.MethodGet, "/v1/webhookEndpoints?page_size=-1", "")
-		}, "page_size"),
-		request("list webhooks: garbage token", func() (string, proto.Message, string, string, string) {
-			return at(listHooks, &shebav1.ListWebhookEndpointsRequest{PageToken: "abc"}, http.MethodGet, "/v1/webhookEndpoints?page_token=abc", "")
-		}, "page_token"),
-		request("list webhooks: token of another listing, negative size", func() (string, proto.Message, string, string, string) {
-			return at(listHooks, &shebav1.ListWebhookEndpointsRequest{PageSize: -5, PageToken: subToken}, http.MethodGet, "/v1/webhookEndpoints?page_size=-5&page_token="+subToken, "")
-		}, "page_size"),
-		request("list deliveries: bad id and size", func() (string, proto.Message, string, string, string) {
-			return at(listDeliv, &shebav1.ListWebhookDeliveriesRequest{EndpointId: "42", PageSize: -1}, http.MethodGet, "/v1/webhookEndpoints/42/deliveries?page_size=-1", "")
-		}, "endpoint_id", "page_size"),
-		request("list deliveries: token of another listing", func() (string, proto.Message, string, string, string) {
-			return at(listDeliv, &shebav1.ListWebhookDeliveriesRequest{EndpointId: unknownID, PageToken: endpointToken}, http.MethodGet,
-				"/v1/webhookEndpoints/"+unknownID+"/deliveries?page_token="+endpointToken, "")
-		}, "page_token"),
+		named("webhook: unknown event type", hook("https://8.8.8.8/a", []string{"account.deleted"}, ""), "event_types[0]"),
+		named("webhook: event type twice", hook("https://8.8.8.8/a", []string{"account.created", "account.created"}, ""), "event_types[1]"),
+		named("webhook: no event types", hook("https://8.8.8.8/a", nil, ""), "event_types"),
+		named("webhook: no url", hook("", created, ""), "url"),
+		named("webhook: bad url", hook("http://%zz", created, ""), "url"),
+		named("webhook: relative url", hook("/hook", created, ""), "url"),
+		named("webhook: ftp scheme", hook("ftp://8.8.8.8/a", created, ""), "url"),
+		named("webhook: file scheme", hook("file:///etc/passwd", created, ""), "url"),
+		named("webhook: user in url", hook("https://me:pw@8.8.8.8/a", created, ""), "url"),
+		named("webhook: fragment in url", hook("https://8.8.8.8/a#top", created, ""), "url"),
+		named("webhook: url without host", hook("https://:443/a", created, ""), "url"),
+		named("webhook: url too long", hook(longURL, created, ""), "url"),
+		named("webhook: duplicate endpoint", hook(dupURL, []string{"subscription.created"}, ""), "url"),
+		named("webhook: description too long", hook("https://8.8.8.8/b", created, longDescription), "description"),
+		named("webhook: every field bad", hook("ftp://example.com/hook", []string{"account.created", "account.deleted", "account.created"}, longDescription),
+			"url", "event_types[1]", "event_types[2]", "description"),
+		named("webhook: no url, no types", hook("", nil, ""), "url", "event_types"),
+		named("webhook: one long unknown type", hook("https://8.8.8.8/a", []string{longType}, ""), "event_types[0]"),
+		named("webhook: long duplicates", hook("https://8.8.8.8/a", []string{longType, longType}, ""), "event_types[0]", "event_types[1]"),
+		named("webhook: more types than there are", hook("https://8.8.8.8/a", append(three, "account.created"), ""), "event_types"),
+		private,
+		named("get webhook: not a UUID", at(getHook, &shebav1.GetWebhookEndpointRequest{EndpointId: "not-a-uuid"},
+			http.MethodGet, "/v1/webhookEndpoints/not-a-uuid", ""), "endpoint_id"),
+		named("delete webhook: not a UUID", at(deleteHook, &shebav1.DeleteWebhookEndpointRequest{EndpointId: "not-a-uuid"},
+			http.MethodDelete, "/v1/webhookEndpoints/not-a-uuid", ""), "endpoint_id"),
+		named("rotate secret: not a UUID", at(rotateHook, &shebav1.RotateWebhookSecretRequest{EndpointId: "not-a-uuid"},
+			http.MethodPost, "/v1/webhookEndpoints/not-a-uuid:rotateSecret", ""), "endpoint_id"),
+		named("list webhooks: negative page size", listHooksOf(-1, ""), "page_size"),
+		named("list webhooks: garbage token", listHooksOf(0, "abc"), "page_token"),
+		// As above, page_token is the handler's.
+		named("list webhooks: token of another listing, negative size", listHooksOf(-5, subToken), "page_size"),
+		named("list deliveries: bad id and size", listDeliveries("42", -1, ""), "endpoint_id", "page_size"),
+		named("list deliveries: token of another listing", listDeliveries(unknownID, 0, endpointToken), "page_token"),
 
 		// With an idempotency key, malformed or used already by another
 		// request: validation runs before the idempotency link.
-		with(request("subscribe: bad plan, malformed key", func() (string, proto.Message, string, string, string) { return subscribe(unknownID, "Pro!") }, "plan"),
-			func(r *invalidRequest) { r.header = []string{"Idempotency-Key", `"open`} }),
-		with(request("create account: bad username, key used already", func() (string, proto.Message, string, string, string) { return create("Keyed!", "password1") }, "username"),
-			func(r *invalidRequest) { r.header = []string{"Idempotency-Key", "used"} }),
+		withHeader(named("subscribe: bad plan, malformed key", subscribe(unknownID, "Pro!"), "plan"), "Idempotency-Key", `"open`),
+		withHeader(named("create account: bad username, key used already", create("Keyed!", "password1"), "username"), "Idempotency-Key", "used"),
 	}
 	for _, test := range tests {
 		t.Run(test.name, func(t *testing.T) {

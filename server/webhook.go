@@ -121,9 +121,9 @@ type endpointIDRequest interface {
 func endpointID(req endpointIDRequest) string { return strings.ToLower(req.GetEndpointId()) }
 
 // CreateWebhookEndpoint registers an endpoint. Codes: InvalidArgument (a
-// URL the caller already registered; reason WEBHOOK_URL_NOT_ALLOWED for a
-// target that is not public), FailedPrecondition (the key holds
-// maxEndpoints), Unauthenticated.
+// URL Go's parser refuses or the caller registered already; reason
+// WEBHOOK_URL_NOT_ALLOWED for a target that is not public),
+// FailedPrecondition (the key holds maxEndpoints), Unauthenticated.
 func (s *webhookServer) CreateWebhookEndpoint(ctx context.Context, req *shebav1.CreateWebhookEndpointRequest) (*shebav1.CreateWebhookEndpointResponse, error) {
 	who, err := owner(ctx)
 	if err != nil {

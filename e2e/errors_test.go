@@ -308,6 +308,11 @@ func TestLoadRejectionDetails(t *testing.T) {
 		})
 		waitFor(t, 10*time.Second, "not ready", func() bool { return e.readiness(t).notReady() })
 		check(t, e, t.Context(), codes.Unavailable, 503, reason.DatabaseUnavailable)
+		// Input is validated before the database is needed: an invalid
+		// request is 400 while it is down.
+		_, err := e.account.GetAccount(t.Context(), &shebav1.GetAccountRequest{AccountId: "nope"})
+		wantGRPCError(t, err, codes.InvalidArgument, "account_id")
+		wantRESTError(t, e.do(t, http.MethodGet, "/v1/accounts/nope", ""), http.StatusBadRequest, codes.InvalidArgument, "account_id")
 	})
 }
 

@@ -175,6 +175,26 @@ func (e *testEnv) freshAccount(t *testing.T) string {
 	return e.insertAccount(t, fmt.Sprintf("hook-user-%d", n))
 }
 
+// TestHookNeverSeesInvalidRequests checks that a request that breaks the
+// constraints of its proto is answered 400 by the chain's validation link,
+// before the hook, which is never asked about it, on either transport.
+func TestHookNeverSeesInvalidRequests(t *testing.T) {
+	t.Parallel()
+	hook := startHookServer(t, "tcp")
+	e := newTestEnv(t, withHook(hook.url))
+	transports(t, e, func(t *testing.T, subscribe func(*testing.T, string, string, ...string) hookCall, rest bool) {
+		id := e.freshAccount(t)
+		hook.calls()
+		c := subscribe(t, id, "Not A Plan")
+		if c.code != codes.InvalidArgument || !hasViolation(c.st, "plan") {
+			t.Errorf("got %v %q, want InvalidArgument with a violation of plan", c.code, c.st.Message())
+		}
+		if got, _ := hook.calls(); len(got) != 0 {
+			t.Errorf("the hook was asked %d times about an invalid request, want never", len(got))
+		}
+	})
+}
+
 func TestHookSees(t *testing.T) {
 	t.Parallel()
 	hook := startHookServer(t, "tcp")
@@ -267,9 +287,11 @@ func TestHookDecisions(t *testing.T) {
 			plan:   "pro", wantHTTP: 503, wantCode: codes.Unavailable, wantWhy: reason.HookUnavailable, wantMsg: "external hook unavailable",
 		},
 		{
-			name:   "headers on an error",
+			// The hook is not asked (TestHookNeverSeesInvalidRequests), so
+			// its headers are not added either.
+			name:   "invalid request",
 			answer: `{"control":"continue","responseHeaders":{"x-plan-rule":["checked"]}}`,
-			plan:   "bad plan!", wantHTTP: 400, wantCode: codes.InvalidArgument, wantWhy: reason.InvalidArgument, wantRule: "checked",
+			plan:   "bad plan!", wantHTTP: 400, wantCode: codes.InvalidArgument, wantWhy: reason.InvalidArgument,
 		},
 		{
 			name:   "break",

@@ -5,7 +5,8 @@
 // The chain that orders them is built once, in internal/app (chain.go), and
 // serves both the grpc.Server and the REST gateway's in-process channel:
 // request log → error details → metrics → recovery → auth → rate limits →
-// concurrency → timeout → failfast → idempotency → handler. No package here
+// concurrency → timeout → validation (protovalidate) → hook → failfast →
+// idempotency → handler. No package here
 // imports another, except the small shared ones (callinfo, reason,
 // retryafter) and the test helper; idempotency keeps its records through
 // package store.

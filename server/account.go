@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 
@@ -27,40 +28,23 @@ type accountServer struct {
 	logins *loginthrottle.Throttle
 }
 
-// credentialsRequest is a request that names a username and a password:
-// CreateAccount's and Login's.
-type credentialsRequest interface {
-	GetUsername() string
-	GetPassword() string
-}
-
-// checkCredentials is the validation of a credentialsRequest: the same
-// rules for both methods, so that a username that could never exist is
-// InvalidArgument at Login too.
-func checkCredentials(req credentialsRequest) error {
-	var v violations
-	v.checkUsername("username", req.GetUsername())
-	v.checkPassword("password", req.GetPassword())
-	return v.err()
-}
-
 // accountIDRequest is a request whose one field is an account id:
 // GetAccount's, GetSubscription's and CancelSubscription's.
 type accountIDRequest interface {
 	GetAccountId() string
 }
 
-// checkAccountID is the validation of an accountIDRequest; it returns the
-// id in lower case.
-func checkAccountID(req accountIDRequest) (string, error) {
-	return checkOnlyID("account_id", req.GetAccountId())
-}
+// accountID returns the account id of req in lower case, the form the
+// database answers with: the chain's validation (its constraint, a UUID)
+// lets upper-case hex through.
+func accountID(req accountIDRequest) string { return strings.ToLower(req.GetAccountId()) }
 
-// CreateAccount creates an account. Codes: InvalidArgument, AlreadyExists.
+// The handlers below get requests that hold to their constraints (the
+// buf.validate rules of their protos): the chain's validation link
+// (interceptors/protovalidate) answers the others before any handler runs.
+
+// CreateAccount creates an account. Codes: AlreadyExists.
 func (s *accountServer) CreateAccount(ctx context.Context, req *shebav1.CreateAccountRequest) (*shebav1.CreateAccountResponse, error) {
-	if err := checkCredentials(req); err != nil {
-		return nil, err
-	}
 	hash, err := s.hasher.hash(ctx, req.GetPassword())
 	if err != nil {
 		return nil, s.errs.toStatus(ctx, "create account", err, reason.Own{})
@@ -80,12 +64,9 @@ func (s *accountServer) CreateAccount(ctx context.Context, req *shebav1.CreateAc
 	return &shebav1.CreateAccountResponse{Account: account}, nil
 }
 
-// Login checks a username and password. Codes: InvalidArgument,
-// Unauthenticated, ResourceExhausted (LOGIN_THROTTLED).
+// Login checks a username and password. Codes: Unauthenticated,
+// ResourceExhausted (LOGIN_THROTTLED).
 func (s *accountServer) Login(ctx context.Context, req *shebav1.LoginRequest) (*shebav1.LoginResponse, error) {
-	if err := checkCredentials(req); err != nil {
-		return nil, err
-	}
 	// Before the lookup and the hash: a throttled login costs neither, and
 	// is answered alike at once whether the username exists or not. Counted
 	// per caller, so that one key's failures never lock out another's.
@@ -116,13 +97,9 @@ func (s *accountServer) Login(ctx context.Context, req *shebav1.LoginRequest) (*
 	return &shebav1.LoginResponse{Account: accountToProto(a)}, nil
 }
 
-// GetAccount returns one account. Codes: InvalidArgument, NotFound.
+// GetAccount returns one account. Codes: NotFound.
 func (s *accountServer) GetAccount(ctx context.Context, req *shebav1.GetAccountRequest) (*shebav1.GetAccountResponse, error) {
-	id, err := checkAccountID(req)
-	if err != nil {
-		return nil, err
-	}
-	a, err := s.store.GetAccount(ctx, id)
+	a, err := s.store.GetAccount(ctx, accountID(req))
 	if err != nil {
 		return nil, s.errs.toStatus(ctx, "get account", err, reason.Own{NotFound: errAccountNotFound})
 	}

@@ -2,30 +2,29 @@ package server
 
 import (
 	"fmt"
+	"math"
 
+	"buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/shebasvc/sheba/codec/protobound"
-	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
+	"github.com/shebasvc/sheba/interceptors/reason"
 )
 
 // maxItems returns the most items that the repeated field fd of a request
 // message may hold, or 0 when nothing but the message's size bounds it: as
-// many as a valid request can hold. It is the one place that says it, keyed
-// by the field, until the protos say it themselves (buf.validate's
-// repeated.max_items); repeatedBounds reads it. CreateWebhookEndpointRequest's
-// event_types lists each event type at most once, so it holds at most as
-// many as there are.
+// many as a valid request can hold, which the field's constraint says
+// (buf.validate's repeated.max_items); repeatedBounds reads it.
+// CreateWebhookEndpointRequest's event_types lists each event type at most
+// once, so it holds at most as many as there are.
 func maxItems(fd protoreflect.FieldDescriptor) int {
-	if fd.FullName() == eventTypesField {
-		return len(EventTypes())
+	rules, _ := proto.GetExtension(fd.Options(), validate.E_Field).(*validate.FieldRules)
+	if !rules.GetRepeated().HasMaxItems() {
+		return 0
 	}
-	return 0
+	return int(min(rules.GetRepeated().GetMaxItems(), math.MaxInt32))
 }
-
-// eventTypesField is CreateWebhookEndpointRequest.event_types.
-var eventTypesField = (&shebav1.CreateWebhookEndpointRequest{}).ProtoReflect().Descriptor().Fields().ByName("event_types").FullName()
 
 // repeatedBounds are the bounds of maxItems on the request message of every
 // method, made once.
@@ -49,9 +48,9 @@ func RepeatedBounds() *protobound.Bounds { return repeatedBounds }
 // its name in the proto, as validation names fields, before any other rule
 // is checked.
 func errTooMany(v protobound.Violation) error {
-	var vs violations
-	vs.add(string(v.Field.Name()), fmt.Sprintf("must hold at most %d items", v.Max))
-	return vs.err()
+	var vs reason.Violations
+	vs.Add(string(v.Field.Name()), fmt.Sprintf("must hold at most %d items", v.Max))
+	return vs.Err()
 }
 
 // CheckRequest returns the answer to a request that the chain refuses

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/shebasvc/sheba/interceptors/reason"
 	"github.com/shebasvc/sheba/store"
 )
 
@@ -134,18 +135,32 @@ func nextPage[T any](tokens pageTokens, rows []T, pg page, cursor func(T) store.
 	return rows, tokens.Encode(cursor(rows[pg.size-1]), pg.binding)
 }
 
-// checkPage returns the page of size that token starts in the listing
-// binding names; "" is the first page, and a token not issued for binding
-// is a violation of page_token.
-func (p pageTokens) checkPage(v *violations, size int, token, binding string) page {
-	pg := page{size: size, binding: binding}
+// The sizes of docs/api.md#paging: a page_size of 0 asks for
+// defaultPageSize rows, one over maxPageSize for maxPageSize (a negative one
+// breaks its constraint, and never reaches a handler).
+const (
+	defaultPageSize = 50
+	maxPageSize     = 1000
+)
+
+// page returns the page of size rows that token starts in the listing
+// binding names: "" is the first page, and a token not issued for binding
+// is an InvalidArgument violation of page_token, the one rule of a list
+// request that no constraint can say.
+func (p pageTokens) page(size int32, token, binding string) (page, error) {
+	pg := page{size: defaultPageSize, binding: binding}
+	if size > 0 {
+		pg.size = int(min(size, maxPageSize))
+	}
 	if token == "" {
-		return pg
+		return pg, nil
 	}
 	c, err := p.Decode(token, binding)
 	if err != nil {
-		v.add("page_token", err.Error())
+		var v reason.Violations
+		v.Add("page_token", err.Error())
+		return page{}, v.Err()
 	}
 	pg.after = c
-	return pg
+	return pg, nil
 }

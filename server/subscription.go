@@ -26,34 +26,10 @@ func listSubscriptionsBinding(plan string) string {
 	return "sheba.v1.SubscriptionService/ListSubscriptions\x00plan=" + plan
 }
 
-// checkCreateSubscription is the validation of a CreateSubscription
-// request; it returns the account id in lower case.
-func checkCreateSubscription(req *shebav1.CreateSubscriptionRequest) (string, error) {
-	var v violations
-	id := v.checkID("account_id", req.GetAccountId())
-	v.checkPlan("plan", req.GetPlan())
-	return id, v.err()
-}
-
-// checkListSubscriptions is the validation of a ListSubscriptions request
-// under tokens; it returns the page asked for.
-func checkListSubscriptions(tokens pageTokens, req *shebav1.ListSubscriptionsRequest) (page, error) {
-	var v violations
-	size := v.checkPageSize("page_size", req.GetPageSize())
-	if req.GetPlan() != "" {
-		v.checkPlan("plan", req.GetPlan())
-	}
-	p := tokens.checkPage(&v, size, req.GetPageToken(), listSubscriptionsBinding(req.GetPlan()))
-	return p, v.err()
-}
-
-// CreateSubscription starts a subscription. Codes: InvalidArgument, NotFound
-// (unknown account), AlreadyExists (one is active).
+// CreateSubscription starts a subscription. Codes: NotFound (unknown
+// account), AlreadyExists (one is active).
 func (s *subscriptionServer) CreateSubscription(ctx context.Context, req *shebav1.CreateSubscriptionRequest) (*shebav1.CreateSubscriptionResponse, error) {
-	id, err := checkCreateSubscription(req)
-	if err != nil {
-		return nil, err
-	}
+	id := accountID(req)
 	sub, err := s.changeSubscription(ctx, EventSubscriptionCreated, func(ctx context.Context) (store.Subscription, error) {
 		return s.store.CreateSubscription(ctx, id, req.GetPlan())
 	})
@@ -81,14 +57,9 @@ func (s *subscriptionServer) changeSubscription(ctx context.Context, eventType s
 	return sub, err
 }
 
-// GetSubscription returns the active subscription. Codes: InvalidArgument,
-// NotFound.
+// GetSubscription returns the active subscription. Codes: NotFound.
 func (s *subscriptionServer) GetSubscription(ctx context.Context, req *shebav1.GetSubscriptionRequest) (*shebav1.GetSubscriptionResponse, error) {
-	id, err := checkAccountID(req)
-	if err != nil {
-		return nil, err
-	}
-	sub, err := s.store.GetActiveSubscription(ctx, id)
+	sub, err := s.store.GetActiveSubscription(ctx, accountID(req))
 	if err != nil {
 		return nil, s.errs.toStatus(ctx, "get subscription", err, reason.Own{NotFound: errNoSubscription})
 	}
@@ -103,13 +74,10 @@ func condition(ctx context.Context, field string) etag.Condition {
 	return etag.NewCondition(field, metadata.ValueFromIncomingContext(ctx, etag.MetadataKey))
 }
 
-// CancelSubscription cancels the active subscription. Codes: InvalidArgument,
-// NotFound, Aborted (etag mismatch: nothing changed).
+// CancelSubscription cancels the active subscription. Codes: NotFound,
+// Aborted (etag mismatch: nothing changed).
 func (s *subscriptionServer) CancelSubscription(ctx context.Context, req *shebav1.CancelSubscriptionRequest) (*shebav1.CancelSubscriptionResponse, error) {
-	id, err := checkAccountID(req)
-	if err != nil {
-		return nil, err
-	}
+	id := accountID(req)
 	cond := condition(ctx, req.GetEtag())
 	sub, err := s.changeSubscription(ctx, EventSubscriptionCanceled, func(ctx context.Context) (store.Subscription, error) {
 		return s.store.CancelSubscription(ctx, id, cond)
@@ -120,10 +88,10 @@ func (s *subscriptionServer) CancelSubscription(ctx context.Context, req *shebav
 	return &shebav1.CancelSubscriptionResponse{Subscription: sub}, nil
 }
 
-// ListSubscriptions returns one keyset page. Codes: InvalidArgument (bad
-// page_size, plan or page_token).
+// ListSubscriptions returns one keyset page. Codes: InvalidArgument (a
+// page_token not issued for this listing and filter).
 func (s *subscriptionServer) ListSubscriptions(ctx context.Context, req *shebav1.ListSubscriptionsRequest) (*shebav1.ListSubscriptionsResponse, error) {
-	pg, err := checkListSubscriptions(s.tokens, req)
+	pg, err := s.tokens.page(req.GetPageSize(), req.GetPageToken(), listSubscriptionsBinding(req.GetPlan()))
 	if err != nil {
 		return nil, err
 	}

@@ -8,8 +8,7 @@ import (
 	"fmt"
 	"math"
 	"net"
-	"net/url"
-	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -26,14 +25,14 @@ import (
 
 // The event types of docs/webhooks.md.
 const (
-	EventAccountCreated        = "account.created"
-	EventSubscriptionCreated   = "subscription.created"
-	EventSubscriptionCanceled  = "subscription.canceled"
-	maxWebhookURLBytes         = 2048
-	maxWebhookDescriptionBytes = 256
+	EventAccountCreated       = "account.created"
+	EventSubscriptionCreated  = "subscription.created"
+	EventSubscriptionCanceled = "subscription.canceled"
 )
 
-// EventTypes lists the event types an endpoint may ask for.
+// EventTypes lists the event types an endpoint may ask for: those that
+// CreateWebhookEndpointRequest.event_types's constraint allows
+// (TestEventTypesConstraint keeps the two the same).
 func EventTypes() []string {
 	return []string{EventAccountCreated, EventSubscriptionCreated, EventSubscriptionCanceled}
 }
@@ -101,87 +100,50 @@ func owner(ctx context.Context) (string, error) {
 	return "", errNoCaller
 }
 
-// ownedEndpoint returns the caller's id and the endpoint id req names,
-// checked: the first step of a call on one endpoint.
+// ownedEndpoint returns the caller's id and the endpoint id req names, in
+// lower case: the first step of a call on one endpoint.
 func ownedEndpoint(ctx context.Context, req endpointIDRequest) (who, id string, err error) {
 	if who, err = owner(ctx); err != nil {
 		return "", "", err
 	}
-	if id, err = checkEndpointID(req); err != nil {
-		return "", "", err
-	}
-	return who, id, nil
+	return who, endpointID(req), nil
 }
 
 // endpointIDRequest is a request whose one field is an endpoint id:
-// GetWebhookEndpoint's, DeleteWebhookEndpoint's and RotateWebhookSecret's.
+// GetWebhookEndpoint's, DeleteWebhookEndpoint's, RotateWebhookSecret's and
+// ListWebhookDeliveries'.
 type endpointIDRequest interface {
 	GetEndpointId() string
 }
 
-// checkEndpointID is the validation of an endpointIDRequest; it returns the
-// id in lower case.
-func checkEndpointID(req endpointIDRequest) (string, error) {
-	return checkOnlyID("endpoint_id", req.GetEndpointId())
-}
+// endpointID returns the endpoint id of req in lower case, as accountID
+// does an account's.
+func endpointID(req endpointIDRequest) string { return strings.ToLower(req.GetEndpointId()) }
 
-// checkCreateWebhookEndpoint is the validation of a CreateWebhookEndpoint
-// request: the syntax of its URL, which it returns parsed, its event types
-// and its description. Whether the URL's target is allowed, and whether
-// the caller registered it already, are looked up after it.
-func checkCreateWebhookEndpoint(req *shebav1.CreateWebhookEndpointRequest) (*url.URL, error) {
-	var v violations
-	u := checkURL(&v, "url", req.GetUrl())
-	checkEventTypes(&v, "event_types", req.GetEventTypes())
-	if n := len(req.GetDescription()); n > maxWebhookDescriptionBytes {
-		v.add("description", fmt.Sprintf("must be at most %d bytes, got %d", maxWebhookDescriptionBytes, n))
-	}
-	return u, v.err()
-}
-
-// checkListWebhookEndpoints is the validation of a ListWebhookEndpoints
-// request of caller who under tokens; it returns the page asked for.
-func checkListWebhookEndpoints(tokens pageTokens, who string, req *shebav1.ListWebhookEndpointsRequest) (page, error) {
-	var v violations
-	size := v.checkPageSize("page_size", req.GetPageSize())
-	// The page token is bound to the owner, as a subscription token is to
-	// its plan filter.
-	p := tokens.checkPage(&v, size, req.GetPageToken(), "webhookEndpoints/"+who)
-	return p, v.err()
-}
-
-// checkListWebhookDeliveries is the validation of a ListWebhookDeliveries
-// request under tokens; it returns the endpoint id in lower case and the
-// page asked for.
-func checkListWebhookDeliveries(tokens pageTokens, req *shebav1.ListWebhookDeliveriesRequest) (string, page, error) {
-	var v violations
-	id := v.checkID("endpoint_id", req.GetEndpointId())
-	size := v.checkPageSize("page_size", req.GetPageSize())
-	p := tokens.checkPage(&v, size, req.GetPageToken(), "webhookEndpoints/"+id+"/deliveries")
-	return id, p, v.err()
-}
-
-// CreateWebhookEndpoint registers an endpoint. Codes: InvalidArgument (also
-// for a URL the caller already registered; reason WEBHOOK_URL_NOT_ALLOWED
-// for a target that is not public), FailedPrecondition (the key holds
-// maxEndpoints), Unauthenticated.
+// CreateWebhookEndpoint registers an endpoint. Codes: InvalidArgument (a
+// URL Go's parser refuses or the caller registered already; reason
+// WEBHOOK_URL_NOT_ALLOWED for a target that is not public),
+// FailedPrecondition (the key holds maxEndpoints), Unauthenticated.
 func (s *webhookServer) CreateWebhookEndpoint(ctx context.Context, req *shebav1.CreateWebhookEndpointRequest) (*shebav1.CreateWebhookEndpointResponse, error) {
 	who, err := owner(ctx)
 	if err != nil {
 		return nil, err
 	}
-	u, err := checkCreateWebhookEndpoint(req)
+	// The URL's form is its constraint's (scheme, host, no user or
+	// fragment); what else Go's parser refuses (a bad escape, a bad port)
+	// is said here, as the target needs the URL parsed anyway, and may
+	// take a DNS lookup.
+	var v reason.Violations
+	u, err := ssrf.ParseURL(req.GetUrl())
 	if err != nil {
-		return nil, err
+		v.Add("url", err.Error())
+		return nil, v.Err()
 	}
-	// The target is checked once the request is valid: it may take a
-	// DNS lookup.
-	var v violations
 	if !s.allowPrivate {
 		err := ssrf.CheckTarget(ctx, u, s.resolver)
 		if errors.Is(err, ssrf.ErrNotAllowed) {
-			v.add("url", err.Error())
-			return nil, v.errAs(reason.WebhookURLNotAllowed)
+			v.Add("url", err.Error())
+			return nil, v.ErrAs(reason.WebhookURLNotAllowed)
 		}
 		if err != nil {
 			return nil, s.errs.toStatus(ctx, "check webhook target", err, reason.Own{})
@@ -200,8 +162,8 @@ func (s *webhookServer) CreateWebhookEndpoint(ctx context.Context, req *shebav1.
 	}, s.maxEndpoints)
 	switch {
 	case errors.Is(err, store.ErrConflict):
-		v.add("url", "an endpoint with this URL is already registered")
-		return nil, v.err()
+		v.Add("url", "an endpoint with this URL is already registered")
+		return nil, v.Err()
 	case errors.Is(err, store.ErrLimit):
 		return nil, s.errLimit
 	case err != nil:
@@ -212,8 +174,8 @@ func (s *webhookServer) CreateWebhookEndpoint(ctx context.Context, req *shebav1.
 	return &shebav1.CreateWebhookEndpointResponse{WebhookEndpoint: p}, nil
 }
 
-// GetWebhookEndpoint returns one endpoint of the caller. Codes:
-// InvalidArgument, NotFound, Unauthenticated.
+// GetWebhookEndpoint returns one endpoint of the caller. Codes: NotFound,
+// Unauthenticated.
 func (s *webhookServer) GetWebhookEndpoint(ctx context.Context, req *shebav1.GetWebhookEndpointRequest) (*shebav1.GetWebhookEndpointResponse, error) {
 	who, id, err := ownedEndpoint(ctx, req)
 	if err != nil {
@@ -227,13 +189,16 @@ func (s *webhookServer) GetWebhookEndpoint(ctx context.Context, req *shebav1.Get
 }
 
 // ListWebhookEndpoints returns one keyset page of the caller's endpoints.
-// Codes: InvalidArgument, Unauthenticated.
+// Codes: InvalidArgument (a page_token not issued to the caller),
+// Unauthenticated.
 func (s *webhookServer) ListWebhookEndpoints(ctx context.Context, req *shebav1.ListWebhookEndpointsRequest) (*shebav1.ListWebhookEndpointsResponse, error) {
 	who, err := owner(ctx)
 	if err != nil {
 		return nil, err
 	}
-	pg, err := checkListWebhookEndpoints(s.tokens, who, req)
+	// The page token is bound to the owner, as a subscription token is to
+	// its plan filter.
+	pg, err := s.tokens.page(req.GetPageSize(), req.GetPageToken(), "webhookEndpoints/"+who)
 	if err != nil {
 		return nil, err
 	}
@@ -250,7 +215,7 @@ func (s *webhookServer) ListWebhookEndpoints(ctx context.Context, req *shebav1.L
 }
 
 // DeleteWebhookEndpoint deletes an endpoint of the caller and its
-// deliveries. Codes: InvalidArgument, NotFound, Unauthenticated.
+// deliveries. Codes: NotFound, Unauthenticated.
 func (s *webhookServer) DeleteWebhookEndpoint(ctx context.Context, req *shebav1.DeleteWebhookEndpointRequest) (*shebav1.DeleteWebhookEndpointResponse, error) {
 	who, id, err := ownedEndpoint(ctx, req)
 	if err != nil {
@@ -264,8 +229,7 @@ func (s *webhookServer) DeleteWebhookEndpoint(ctx context.Context, req *shebav1.
 
 // RotateWebhookSecret gives an endpoint of the caller a new secret and
 // returns it; the secret it replaces signs beside it for secretOverlap
-// (docs/webhooks.md#rotating-the-secret). Codes: InvalidArgument, NotFound,
-// Unauthenticated.
+// (docs/webhooks.md#rotating-the-secret). Codes: NotFound, Unauthenticated.
 func (s *webhookServer) RotateWebhookSecret(ctx context.Context, req *shebav1.RotateWebhookSecretRequest) (*shebav1.RotateWebhookSecretResponse, error) {
 	who, id, err := ownedEndpoint(ctx, req)
 	if err != nil {
@@ -283,13 +247,14 @@ func (s *webhookServer) RotateWebhookSecret(ctx context.Context, req *shebav1.Ro
 }
 
 // ListWebhookDeliveries returns one keyset page of the deliveries to an
-// endpoint of the caller. Codes: InvalidArgument, NotFound, Unauthenticated.
+// endpoint of the caller. Codes: InvalidArgument (a page_token not issued
+// for this endpoint), NotFound, Unauthenticated.
 func (s *webhookServer) ListWebhookDeliveries(ctx context.Context, req *shebav1.ListWebhookDeliveriesRequest) (*shebav1.ListWebhookDeliveriesResponse, error) {
-	who, err := owner(ctx)
+	who, id, err := ownedEndpoint(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	id, pg, err := checkListWebhookDeliveries(s.tokens, req)
+	pg, err := s.tokens.page(req.GetPageSize(), req.GetPageToken(), "webhookEndpoints/"+id+"/deliveries")
 	if err != nil {
 		return nil, err
 	}
@@ -308,43 +273,6 @@ func (s *webhookServer) ListWebhookDeliveries(ctx context.Context, req *shebav1.
 	})
 	resp.Deliveries = toProtos(ds, deliveryToProto)
 	return resp, nil
-}
-
-// checkURL applies the syntax rules of docs/webhooks.md to raw and returns
-// it parsed (nil if it breaks one). Whether its target is allowed is
-// ssrf.CheckTarget's to say.
-func checkURL(v *violations, field, raw string) *url.URL {
-	if raw == "" {
-		v.add(field, "must be set")
-		return nil
-	}
-	if len(raw) > maxWebhookURLBytes {
-		v.add(field, fmt.Sprintf("must be at most %d bytes, got %d", maxWebhookURLBytes, len(raw)))
-		return nil
-	}
-	u, err := ssrf.ParseURL(raw)
-	if err != nil {
-		v.add(field, err.Error())
-	}
-	return u
-}
-
-// checkEventTypes checks that types holds at least one known type, none
-// twice.
-func checkEventTypes(v *violations, field string, types []string) {
-	if len(types) == 0 {
-		v.add(field, "must list at least one event type")
-		return
-	}
-	known := EventTypes()
-	for i, t := range types {
-		switch {
-		case !slices.Contains(known, t):
-			v.add(fmt.Sprintf("%s[%d]", field, i), fmt.Sprintf("unknown event type %s: want one of %v", reason.Quote(t), known))
-		case slices.Index(types, t) < i:
-			v.add(fmt.Sprintf("%s[%d]", field, i), fmt.Sprintf("event type %s is listed twice", reason.Quote(t)))
-		}
-	}
 }
 
 // newWebhookSecret returns "whsec_" and the base64 of 32 random bytes, the

@@ -110,8 +110,9 @@ func WithBreaker(failures uint32, wait time.Duration) Option {
 }
 
 // WithValidator checks a request message that the hook's answer puts in
-// place of the call's, as the handler would (an invalid one is a hook
-// failure); nil, the default, refuses every replacement.
+// place of the call's, as the validation before the hook checked the
+// call's own (an invalid one is a hook failure); nil, the default, refuses
+// every replacement.
 func WithValidator(validate func(context.Context, proto.Message) error) Option {
 	return func(o *options) { o.validate = validate }
 }

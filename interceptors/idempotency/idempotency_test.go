@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	pv "buf.build/go/protovalidate"
 	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -28,6 +29,7 @@ import (
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/interceptors/idempotency"
 	"github.com/shebasvc/sheba/interceptors/interceptortest"
+	"github.com/shebasvc/sheba/interceptors/protovalidate"
 	"github.com/shebasvc/sheba/server"
 	"github.com/shebasvc/sheba/store"
 	"github.com/shebasvc/sheba/store/storetest"
@@ -547,11 +549,18 @@ func TestScope(t *testing.T) {
 
 // TestErrorOutcomes checks which errors of the real handlers are recorded:
 // an answer about the data is, and replayed even once the data changed; a
-// validation error is not, so the corrected request runs with the key.
+// validation error is not, so the corrected request runs with the key. In
+// the chain the validation link runs before this one; here it runs after,
+// as the InvalidArgument of a rule that only a handler checks (a page
+// token) would.
 func TestErrorOutcomes(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	client := e.serve(t)
+	validator, err := pv.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := e.serve(t, protovalidate.UnaryServerInterceptor(validator))
 	id := e.account(t, "hal")
 	if _, err := client.CreateSubscription(as(t.Context(), "c", ""), &shebav1.CreateSubscriptionRequest{AccountId: id, Plan: "pro"}); err != nil {
 		t.Fatal(err)
@@ -583,7 +592,7 @@ func TestErrorOutcomes(t *testing.T) {
 		t.Errorf("active subscriptions: got %d, want 0", n)
 	}
 
-	_, err := client.CreateSubscription(as(t.Context(), "c", "fix-me"), &shebav1.CreateSubscriptionRequest{AccountId: id, Plan: "Not A Plan"})
+	_, err = client.CreateSubscription(as(t.Context(), "c", "fix-me"), &shebav1.CreateSubscriptionRequest{AccountId: id, Plan: "Not A Plan"})
 	if status.Code(err) != codes.InvalidArgument || !slices.Equal(violations(err), []string{"plan"}) {
 		t.Fatalf("invalid plan: got %v with violations of %q, want InvalidArgument of plan", err, violations(err))
 	}

@@ -18,6 +18,10 @@ var allocGoals = []struct {
 	{"BenchmarkGRPCPing/sheba", 155, func(tb testing.TB) benchCase { return benchCaseNamed(tb, grpcPingBenchCases(tb), "sheba") }},
 	// The last row of BenchmarkChain: every link.
 	{"BenchmarkChain/full", 10, func(tb testing.TB) benchCase { cases := chainBenchCases(tb); return cases[len(cases)-1] }},
+	// The validation link (its protovalidate rules) on a valid request.
+	{"BenchmarkValidation/CreateSubscription", 10, func(tb testing.TB) benchCase {
+		return benchCaseNamed(tb, validationBenchCases(tb), "CreateSubscription")
+	}},
 }
 
 // TestAllocationGoals fails when a benchmark of allocGoals allocates more
@@ -29,7 +33,7 @@ func TestAllocationGoals(t *testing.T) {
 		t.Skip("allocation counts drift under -race (sync.Pool drops items at random); run without -race: go test -run TestAllocationGoals ./internal/app")
 	}
 	if testing.Short() {
-		t.Skip("runs three benchmarks: skipped with -short")
+		t.Skip("runs four benchmarks: skipped with -short")
 	}
 	for _, g := range allocGoals {
 		t.Run(g.name, func(t *testing.T) {

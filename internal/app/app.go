@@ -192,7 +192,13 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 	if err != nil {
 		return fmt.Errorf("idempotency: %w", err)
 	}
-	hookLink, hookClient, err := newHook(cfg.Hook, services.ValidateRequest, log, tp, registry)
+	validator, err := newValidator()
+	if err != nil {
+		return err
+	}
+	// A request the hook puts in place of the call's holds to the same
+	// constraints.
+	hookLink, hookClient, err := newHook(cfg.Hook, checker(validator, log), log, tp, registry)
 	if err != nil {
 		return err
 	}
@@ -205,6 +211,7 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 		rate:       a.rate,
 		inflight:   inflight,
 		metrics:    m,
+		validator:  validator,
 		dbUp:       a.health.DatabaseUp,
 		needsDB:    server.DatabaseMethods(),
 		keys:       a.store,

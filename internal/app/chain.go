@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	pv "buf.build/go/protovalidate"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"go.opentelemetry.io/otel/attribute"
@@ -25,6 +26,7 @@ import (
 	"github.com/shebasvc/sheba/interceptors/failfast"
 	"github.com/shebasvc/sheba/interceptors/idempotency"
 	"github.com/shebasvc/sheba/interceptors/metrics"
+	"github.com/shebasvc/sheba/interceptors/protovalidate"
 	"github.com/shebasvc/sheba/interceptors/ratelimit"
 	"github.com/shebasvc/sheba/interceptors/reason"
 	"github.com/shebasvc/sheba/interceptors/requestlog"
@@ -46,6 +48,8 @@ type chainDeps struct {
 	rate     rateLimits
 	inflight concurrency.Limiter
 	metrics  *metrics.Metrics
+	// validator checks each request against its constraints (newValidator).
+	validator pv.Validator
 	// dbUp reports whether the database answers; needsDB lists the methods
 	// that cannot answer without it.
 	dbUp    func() bool
@@ -93,6 +97,10 @@ type chainDeps struct {
 //     adaptive limit), and measures the latency of what it admits.
 //   - timeout: so only the handler's time, its idempotency transaction
 //     included, counts against it.
+//   - validate: the request's constraints (its proto's buf.validate rules),
+//     checked before any lookup: an invalid request is 400 whether the
+//     database is up or down, never reaches the hook, and takes no
+//     idempotency key; a valid one costs no allocation.
 //   - hook: a call rejected above never reaches the external hook, which
 //     knows the caller, and its wait counts against the deadline; before
 //     failfast and idempotency, so it sees every call that got this far
@@ -159,6 +167,7 @@ func chainLinks(d chainDeps) []link {
 	links = append(links,
 		link{"inflight", concurrency.UnaryServerInterceptor(d.inflight, concurrency.WithOnReject(m.Rejected(metrics.ReasonInflight)))},
 		link{"timeout", timeout.UnaryServerInterceptor(d.limits.Timeout)},
+		link{"validate", protovalidate.UnaryServerInterceptor(d.validator, protovalidate.WithLogger(d.log))},
 	)
 	if d.hook != nil {
 		links = append(links, link{"hook", d.hook})

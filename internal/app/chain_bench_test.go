@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/shebasvc/sheba/config"
+	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/interceptors/concurrency"
 	"github.com/shebasvc/sheba/interceptors/metrics"
 )
@@ -42,7 +43,7 @@ func BenchmarkChain(b *testing.B) {
 
 // chainBenchCases are BenchmarkChain's rows; the last is the full chain.
 func chainBenchCases(tb testing.TB) []benchCase {
-	cfg, ctx, info := benchCall()
+	cfg, ctx, info, req := benchCall()
 	withRates(&cfg)
 	links := chainLinks(benchDeps(tb, cfg))
 	// The chain grows one link at a time: the difference between two rows is
@@ -66,7 +67,7 @@ func chainBenchCases(tb testing.TB) []benchCase {
 		cases = append(cases, benchCase{fmt.Sprintf("%d%s", n, name), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := handler(ctx, nil, info, noopHandler); err != nil {
+				if _, err := handler(ctx, req, info, noopHandler); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -99,8 +100,9 @@ func withRates(cfg *config.Config) {
 }
 
 // benchCall returns a config with one API key and limits that never
-// reject, and the context and info of a GetAccount call that sends the key.
-func benchCall() (config.Config, context.Context, *grpc.UnaryServerInfo) {
+// reject, and the context, info and (valid) request of a GetAccount call
+// that sends the key.
+func benchCall() (config.Config, context.Context, *grpc.UnaryServerInfo, *shebav1.GetAccountRequest) {
 	const key = "bench-key-0123456789abcdefghijklmnop"
 	sum := sha256.Sum256([]byte(key))
 	cfg := config.Default()
@@ -110,7 +112,7 @@ func benchCall() (config.Config, context.Context, *grpc.UnaryServerInfo) {
 	const method = "/sheba.v1.AccountService/GetAccount"
 	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-api-key", key))
 	ctx = grpc.NewContextWithServerTransportStream(ctx, benchStream{method: method})
-	return cfg, ctx, &grpc.UnaryServerInfo{FullMethod: method}
+	return cfg, ctx, &grpc.UnaryServerInfo{FullMethod: method}, &shebav1.GetAccountRequest{AccountId: "00000000-0000-4000-8000-000000000001"}
 }
 
 func benchDeps(tb testing.TB, cfg config.Config) chainDeps {
@@ -124,14 +126,19 @@ func benchDeps(tb testing.TB, cfg config.Config) chainDeps {
 	}
 	// In process: the chain benchmarks run without Redis.
 	rate := newRateLimits(cfg.Limits, nil, ids)
+	validator, err := newValidator()
+	if err != nil {
+		tb.Fatal(err)
+	}
 	return chainDeps{
-		limits:   cfg.Limits,
-		rate:     rate,
-		authn:    authn,
-		keyIDs:   ids,
-		log:      slog.New(slog.NewJSONHandler(io.Discard, nil)),
-		inflight: concurrency.NewLimiter(cfg.Limits.MaxInflight),
-		metrics:  m,
+		validator: validator,
+		limits:    cfg.Limits,
+		rate:      rate,
+		authn:     authn,
+		keyIDs:    ids,
+		log:       slog.New(slog.NewJSONHandler(io.Discard, nil)),
+		inflight:  concurrency.NewLimiter(cfg.Limits.MaxInflight),
+		metrics:   m,
 	}
 }
 
@@ -141,7 +148,7 @@ func benchDeps(tb testing.TB, cfg config.Config) chainDeps {
 // them. Each "span" row is the span alone (tracer.Start and End): the
 // chain's own cost under it is the difference between the two rows.
 func BenchmarkChainTracing(b *testing.B) {
-	cfg, ctx, info := benchCall()
+	cfg, ctx, info, req := benchCall()
 	chain := unaryChain(benchDeps(b, cfg))
 	spanOnly := func(context.Context, any, *grpc.UnaryServerInfo, grpc.UnaryHandler) (any, error) { return nil, nil }
 	method := info.FullMethod
@@ -163,7 +170,7 @@ func BenchmarkChainTracing(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
 					sctx, span := tracer.Start(ctx, method, trace.WithSpanKind(trace.SpanKindServer))
-					if _, err := run.chain(sctx, nil, info, noopHandler); err != nil {
+					if _, err := run.chain(sctx, req, info, noopHandler); err != nil {
 						b.Fatal(err)
 					}
 					span.End()
@@ -181,7 +188,7 @@ func TestUnsampledSpanAllocations(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts drift under -race (sync.Pool drops items at random); run without -race: go test -run TestUnsampledSpanAllocations ./internal/app")
 	}
-	cfg, ctx, info := benchCall()
+	cfg, ctx, info, req := benchCall()
 	withRates(&cfg)
 	chain := unaryChain(benchDeps(t, cfg))
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))
@@ -193,7 +200,7 @@ func TestUnsampledSpanAllocations(t *testing.T) {
 
 	allocs := func(ctx context.Context) float64 {
 		return testing.AllocsPerRun(200, func() {
-			if _, err := chain(ctx, nil, info, noopHandler); err != nil {
+			if _, err := chain(ctx, req, info, noopHandler); err != nil {
 				t.Fatal(err)
 			}
 		})

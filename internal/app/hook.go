@@ -20,7 +20,7 @@ import (
 // section (docs/hook.md), its metrics registered on reg, and the client
 // whose connections close with the App; nil and a nil client when
 // hook.url is empty. validate checks a request the hook puts in place of
-// the call's, as its handler would.
+// the call's, as the chain's validation link checks the call's own.
 func newHook(c config.Hook, validate func(context.Context, proto.Message) error, log *slog.Logger, tp trace.TracerProvider, reg prometheus.Registerer) (grpc.UnaryServerInterceptor, hook.Client, error) {
 	if c.URL == "" {
 		return nil, nil, nil

@@ -75,7 +75,7 @@ const benchTxKey = "bench-tx"
 // idempotency over s: called directly ("handler") or through a grpc.Server
 // on loopback ("grpc"). The key is taken from the outgoing metadata of ctx.
 func newBenchCreate(b *testing.B, via string, s *store.Store) func(ctx context.Context, req *shebav1.CreateSubscriptionRequest) error {
-	cfg, callCtx, _ := benchCall()
+	cfg, callCtx, _, _ := benchCall()
 	services, err := server.New(s, server.Options{})
 	if err != nil {
 		b.Fatal(err)

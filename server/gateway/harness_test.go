@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
@@ -10,9 +11,11 @@ import (
 	"os"
 	"testing"
 
+	pv "buf.build/go/protovalidate"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
 	"github.com/jackc/pgx/v5/pgxpool"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
 	"github.com/shebasvc/sheba/config"
@@ -20,6 +23,7 @@ import (
 	"github.com/shebasvc/sheba/e2e/shebaproc"
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/interceptors/apikey"
+	"github.com/shebasvc/sheba/interceptors/protovalidate"
 	"github.com/shebasvc/sheba/server"
 	"github.com/shebasvc/sheba/server/gateway"
 	"github.com/shebasvc/sheba/store"
@@ -104,7 +108,17 @@ func newTestGateway(t testing.TB, adjust ...func(*gateway.Options)) *testGateway
 	if !ok {
 		t.Fatalf("Authenticator %T: the test chain needs an *apikey.Authenticator", opts.Authenticator)
 	}
-	channel := gateway.NewChannel(auth.UnaryServerInterceptor(authn.Authenticate))
+	// Of the chain, auth and the validation of the requests' constraints.
+	validator, err := pv.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	authenticate, validate := auth.UnaryServerInterceptor(authn.Authenticate), protovalidate.UnaryServerInterceptor(validator)
+	channel := gateway.NewChannel(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		return authenticate(ctx, req, info, func(ctx context.Context, req any) (any, error) {
+			return validate(ctx, req, info, handler)
+		})
+	})
 	services.Register(channel)
 	rest, err := gateway.New(t.Context(), channel, opts)
 	if err != nil {

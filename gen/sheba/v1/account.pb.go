@@ -7,6 +7,7 @@
 package shebav1
 
 import (
+	_ "buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
@@ -194,9 +195,11 @@ func (x *CreateAccountResponse) GetAccount() *Account {
 // LoginRequest carries the credentials to check.
 type LoginRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The account's username.
+	// The account's username. The rules of CreateAccount's hold, so that a
+	// username that could never exist is INVALID_ARGUMENT, not
+	// UNAUTHENTICATED.
 	Username string `protobuf:"bytes,1,opt,name=username,proto3" json:"username,omitempty"`
-	// The account's password.
+	// The account's password, under CreateAccount's rules.
 	Password      string `protobuf:"bytes,2,opt,name=password,proto3" json:"password,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -389,25 +392,26 @@ var File_sheba_v1_account_proto protoreflect.FileDescriptor
 
 const file_sheba_v1_account_proto_rawDesc = "" +
 	"\n" +
-	"\x16sheba/v1/account.proto\x12\bsheba.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16sheba/v1/options.proto\"r\n" +
+	"\x16sheba/v1/account.proto\x12\bsheba.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16sheba/v1/options.proto\"r\n" +
 	"\aAccount\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\busername\x18\x02 \x01(\tR\busername\x12;\n" +
 	"\vcreate_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\"S\n" +
-	"\x14CreateAccountRequest\x12\x1a\n" +
-	"\busername\x18\x01 \x01(\tR\busername\x12\x1f\n" +
-	"\bpassword\x18\x02 \x01(\tB\x03\x80\x01\x01R\bpassword\"D\n" +
+	"createTime\"y\n" +
+	"\x14CreateAccountRequest\x126\n" +
+	"\busername\x18\x01 \x01(\tB\x1a\xbaH\x17r\x152\x13^[a-z0-9._-]{3,64}$R\busername\x12)\n" +
+	"\bpassword\x18\x02 \x01(\tB\r\xbaH\ar\x05 \b(\x80\x02\x80\x01\x01R\bpassword\"D\n" +
 	"\x15CreateAccountResponse\x12+\n" +
-	"\aaccount\x18\x01 \x01(\v2\x11.sheba.v1.AccountR\aaccount\"F\n" +
-	"\fLoginRequest\x12\x1a\n" +
-	"\busername\x18\x01 \x01(\tR\busername\x12\x1a\n" +
-	"\bpassword\x18\x02 \x01(\tR\bpassword\"<\n" +
+	"\aaccount\x18\x01 \x01(\v2\x11.sheba.v1.AccountR\aaccount\"n\n" +
+	"\fLoginRequest\x126\n" +
+	"\busername\x18\x01 \x01(\tB\x1a\xbaH\x17r\x152\x13^[a-z0-9._-]{3,64}$R\busername\x12&\n" +
+	"\bpassword\x18\x02 \x01(\tB\n" +
+	"\xbaH\ar\x05 \b(\x80\x02R\bpassword\"<\n" +
 	"\rLoginResponse\x12+\n" +
-	"\aaccount\x18\x01 \x01(\v2\x11.sheba.v1.AccountR\aaccount\"2\n" +
-	"\x11GetAccountRequest\x12\x1d\n" +
+	"\aaccount\x18\x01 \x01(\v2\x11.sheba.v1.AccountR\aaccount\"<\n" +
+	"\x11GetAccountRequest\x12'\n" +
 	"\n" +
-	"account_id\x18\x01 \x01(\tR\taccountId\"A\n" +
+	"account_id\x18\x01 \x01(\tB\b\xbaH\x05r\x03\xb0\x01\x01R\taccountId\"A\n" +
 	"\x12GetAccountResponse\x12+\n" +
 	"\aaccount\x18\x01 \x01(\v2\x11.sheba.v1.AccountR\aaccount2\xfa\x02\n" +
 	"\x0eAccountService\x12\x8b\x01\n" +

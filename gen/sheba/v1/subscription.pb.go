@@ -7,6 +7,7 @@
 package shebav1
 
 import (
+	_ "buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
@@ -497,7 +498,8 @@ type ListSubscriptionsRequest struct {
 	// The next_page_token of the previous page; empty for the first page. Pass
 	// the same plan filter as on the first page.
 	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
-	// If set, only subscriptions to exactly this plan are listed.
+	// If set, only subscriptions to exactly this plan are listed; a plan's
+	// rules hold.
 	Plan          string `protobuf:"bytes,3,opt,name=plan,proto3" json:"plan,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -613,7 +615,7 @@ var File_sheba_v1_subscription_proto protoreflect.FileDescriptor
 
 const file_sheba_v1_subscription_proto_rawDesc = "" +
 	"\n" +
-	"\x1bsheba/v1/subscription.proto\x12\bsheba.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16sheba/v1/options.proto\"\x95\x02\n" +
+	"\x1bsheba/v1/subscription.proto\x12\bsheba.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16sheba/v1/options.proto\"\x95\x02\n" +
 	"\fSubscription\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -624,29 +626,29 @@ const file_sheba_v1_subscription_proto_rawDesc = "" +
 	"createTime\x12;\n" +
 	"\vcancel_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"cancelTime\x12\x12\n" +
-	"\x04etag\x18\a \x01(\tR\x04etag\"N\n" +
-	"\x19CreateSubscriptionRequest\x12\x1d\n" +
+	"\x04etag\x18\a \x01(\tR\x04etag\"r\n" +
+	"\x19CreateSubscriptionRequest\x12'\n" +
 	"\n" +
-	"account_id\x18\x01 \x01(\tR\taccountId\x12\x12\n" +
-	"\x04plan\x18\x02 \x01(\tR\x04plan\"X\n" +
+	"account_id\x18\x01 \x01(\tB\b\xbaH\x05r\x03\xb0\x01\x01R\taccountId\x12,\n" +
+	"\x04plan\x18\x02 \x01(\tB\x18\xbaH\x15r\x132\x11^[a-z0-9-]{1,64}$R\x04plan\"X\n" +
 	"\x1aCreateSubscriptionResponse\x12:\n" +
-	"\fsubscription\x18\x01 \x01(\v2\x16.sheba.v1.SubscriptionR\fsubscription\"7\n" +
-	"\x16GetSubscriptionRequest\x12\x1d\n" +
+	"\fsubscription\x18\x01 \x01(\v2\x16.sheba.v1.SubscriptionR\fsubscription\"A\n" +
+	"\x16GetSubscriptionRequest\x12'\n" +
 	"\n" +
-	"account_id\x18\x01 \x01(\tR\taccountId\"U\n" +
+	"account_id\x18\x01 \x01(\tB\b\xbaH\x05r\x03\xb0\x01\x01R\taccountId\"U\n" +
 	"\x17GetSubscriptionResponse\x12:\n" +
-	"\fsubscription\x18\x01 \x01(\v2\x16.sheba.v1.SubscriptionR\fsubscription\"N\n" +
-	"\x19CancelSubscriptionRequest\x12\x1d\n" +
+	"\fsubscription\x18\x01 \x01(\v2\x16.sheba.v1.SubscriptionR\fsubscription\"X\n" +
+	"\x19CancelSubscriptionRequest\x12'\n" +
 	"\n" +
-	"account_id\x18\x01 \x01(\tR\taccountId\x12\x12\n" +
+	"account_id\x18\x01 \x01(\tB\b\xbaH\x05r\x03\xb0\x01\x01R\taccountId\x12\x12\n" +
 	"\x04etag\x18\x02 \x01(\tR\x04etag\"X\n" +
 	"\x1aCancelSubscriptionResponse\x12:\n" +
-	"\fsubscription\x18\x01 \x01(\v2\x16.sheba.v1.SubscriptionR\fsubscription\"j\n" +
-	"\x18ListSubscriptionsRequest\x12\x1b\n" +
-	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\fsubscription\x18\x01 \x01(\v2\x16.sheba.v1.SubscriptionR\fsubscription\"\x90\x01\n" +
+	"\x18ListSubscriptionsRequest\x12$\n" +
+	"\tpage_size\x18\x01 \x01(\x05B\a\xbaH\x04\x1a\x02(\x00R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x02 \x01(\tR\tpageToken\x12\x12\n" +
-	"\x04plan\x18\x03 \x01(\tR\x04plan\"\x81\x01\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\x12/\n" +
+	"\x04plan\x18\x03 \x01(\tB\x1b\xbaH\x18\xd8\x01\x01r\x132\x11^[a-z0-9-]{1,64}$R\x04plan\"\x81\x01\n" +
 	"\x19ListSubscriptionsResponse\x12<\n" +
 	"\rsubscriptions\x18\x01 \x03(\v2\x16.sheba.v1.SubscriptionR\rsubscriptions\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken*{\n" +

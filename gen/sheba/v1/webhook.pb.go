@@ -7,6 +7,7 @@
 package shebav1
 
 import (
+	_ "buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
@@ -240,9 +241,15 @@ func (x *WebhookEndpoint) GetSecret() string {
 // CreateWebhookEndpointRequest describes the endpoint to register.
 type CreateWebhookEndpointRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The http or https URL to POST events to, at most 2048 bytes.
+	// The http or https URL to POST events to, at most 2048 bytes: absolute,
+	// with a host, no user information and no fragment. Its target must be
+	// public (docs/webhooks.md#private-networks), which only a lookup tells.
+	// (No string.uri: protovalidate-go's refuses an IPv6 literal that holds
+	// an IPv4 address, [::ffff:8.8.8.8], which RFC 3986 allows; the server
+	// parses the URL as Go does.)
 	Url string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
-	// The event types to receive, at least one.
+	// The event types to receive: at least one, each at most once, so at
+	// most as many as there are.
 	EventTypes []string `protobuf:"bytes,2,rep,name=event_types,json=eventTypes,proto3" json:"event_types,omitempty"`
 	// Free text, at most 256 bytes.
 	Description   string `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
@@ -972,7 +979,7 @@ var File_sheba_v1_webhook_proto protoreflect.FileDescriptor
 
 const file_sheba_v1_webhook_proto_rawDesc = "" +
 	"\n" +
-	"\x16sheba/v1/webhook.proto\x12\bsheba.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16sheba/v1/options.proto\"\x91\x02\n" +
+	"\x16sheba/v1/webhook.proto\x12\bsheba.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16sheba/v1/options.proto\"\x91\x02\n" +
 	"\x0fWebhookEndpoint\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x1f\n" +
@@ -983,28 +990,28 @@ const file_sheba_v1_webhook_proto_rawDesc = "" +
 	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12\x1b\n" +
 	"\x06secret\x18\a \x01(\tH\x00R\x06secret\x88\x01\x01B\t\n" +
-	"\a_secret\"s\n" +
-	"\x1cCreateWebhookEndpointRequest\x12\x10\n" +
-	"\x03url\x18\x01 \x01(\tR\x03url\x12\x1f\n" +
-	"\vevent_types\x18\x02 \x03(\tR\n" +
-	"eventTypes\x12 \n" +
-	"\vdescription\x18\x03 \x01(\tR\vdescription\"e\n" +
+	"\a_secret\"\x94\x02\n" +
+	"\x1cCreateWebhookEndpointRequest\x12W\n" +
+	"\x03url\x18\x01 \x01(\tBE\xbaHB\xc8\x01\x01r=(\x80\x1028^[Hh][Tt][Tt][Pp][Ss]?://[^@/?#:][^@/?#]*([/?][^#]*)?#?$R\x03url\x12o\n" +
+	"\vevent_types\x18\x02 \x03(\tBN\xbaHK\x92\x01H\b\x01\x10\x03\x18\x01\"@r>R\x0faccount.createdR\x14subscription.createdR\x15subscription.canceledR\n" +
+	"eventTypes\x12*\n" +
+	"\vdescription\x18\x03 \x01(\tB\b\xbaH\x05r\x03(\x80\x02R\vdescription\"e\n" +
 	"\x1dCreateWebhookEndpointResponse\x12D\n" +
-	"\x10webhook_endpoint\x18\x01 \x01(\v2\x19.sheba.v1.WebhookEndpointR\x0fwebhookEndpoint\"<\n" +
-	"\x19GetWebhookEndpointRequest\x12\x1f\n" +
-	"\vendpoint_id\x18\x01 \x01(\tR\n" +
+	"\x10webhook_endpoint\x18\x01 \x01(\v2\x19.sheba.v1.WebhookEndpointR\x0fwebhookEndpoint\"F\n" +
+	"\x19GetWebhookEndpointRequest\x12)\n" +
+	"\vendpoint_id\x18\x01 \x01(\tB\b\xbaH\x05r\x03\xb0\x01\x01R\n" +
 	"endpointId\"b\n" +
 	"\x1aGetWebhookEndpointResponse\x12D\n" +
-	"\x10webhook_endpoint\x18\x01 \x01(\v2\x19.sheba.v1.WebhookEndpointR\x0fwebhookEndpoint\"Y\n" +
-	"\x1bListWebhookEndpointsRequest\x12\x1b\n" +
-	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\x10webhook_endpoint\x18\x01 \x01(\v2\x19.sheba.v1.WebhookEndpointR\x0fwebhookEndpoint\"b\n" +
+	"\x1bListWebhookEndpointsRequest\x12$\n" +
+	"\tpage_size\x18\x01 \x01(\x05B\a\xbaH\x04\x1a\x02(\x00R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x02 \x01(\tR\tpageToken\"\x8e\x01\n" +
 	"\x1cListWebhookEndpointsResponse\x12F\n" +
 	"\x11webhook_endpoints\x18\x01 \x03(\v2\x19.sheba.v1.WebhookEndpointR\x10webhookEndpoints\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"?\n" +
-	"\x1cDeleteWebhookEndpointRequest\x12\x1f\n" +
-	"\vendpoint_id\x18\x01 \x01(\tR\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"I\n" +
+	"\x1cDeleteWebhookEndpointRequest\x12)\n" +
+	"\vendpoint_id\x18\x01 \x01(\tB\b\xbaH\x05r\x03\xb0\x01\x01R\n" +
 	"endpointId\"\x1f\n" +
 	"\x1dDeleteWebhookEndpointResponse\"\xb3\x03\n" +
 	"\x0fWebhookDelivery\x12\x19\n" +
@@ -1019,20 +1026,20 @@ const file_sheba_v1_webhook_proto_rawDesc = "" +
 	"\x11next_attempt_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x0fnextAttemptTime\x12;\n" +
 	"\vcreate_time\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12F\n" +
-	"\x11last_attempt_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x0flastAttemptTime\"{\n" +
-	"\x1cListWebhookDeliveriesRequest\x12\x1f\n" +
-	"\vendpoint_id\x18\x01 \x01(\tR\n" +
-	"endpointId\x12\x1b\n" +
-	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\x11last_attempt_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x0flastAttemptTime\"\x8e\x01\n" +
+	"\x1cListWebhookDeliveriesRequest\x12)\n" +
+	"\vendpoint_id\x18\x01 \x01(\tB\b\xbaH\x05r\x03\xb0\x01\x01R\n" +
+	"endpointId\x12$\n" +
+	"\tpage_size\x18\x02 \x01(\x05B\a\xbaH\x04\x1a\x02(\x00R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\"\x82\x01\n" +
 	"\x1dListWebhookDeliveriesResponse\x129\n" +
 	"\n" +
 	"deliveries\x18\x01 \x03(\v2\x19.sheba.v1.WebhookDeliveryR\n" +
 	"deliveries\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"=\n" +
-	"\x1aRotateWebhookSecretRequest\x12\x1f\n" +
-	"\vendpoint_id\x18\x01 \x01(\tR\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"G\n" +
+	"\x1aRotateWebhookSecretRequest\x12)\n" +
+	"\vendpoint_id\x18\x01 \x01(\tB\b\xbaH\x05r\x03\xb0\x01\x01R\n" +
 	"endpointId\"5\n" +
 	"\x1bRotateWebhookSecretResponse\x12\x16\n" +
 	"\x06secret\x18\x01 \x01(\tR\x06secret*Y\n" +

@@ -4,6 +4,7 @@
 
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import { file_buf_validate_validate } from "../../buf/validate/validate_pb.js";
 import { file_google_api_annotations } from "../../google/api/annotations_pb.js";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
@@ -14,7 +15,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file sheba/v1/account.proto.
  */
 export const file_sheba_v1_account: GenFile = /*@__PURE__*/
-  fileDesc("ChZzaGViYS92MS9hY2NvdW50LnByb3RvEghzaGViYS52MSJYCgdBY2NvdW50EgoKAmlkGAEgASgJEhAKCHVzZXJuYW1lGAIgASgJEi8KC2NyZWF0ZV90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCI/ChRDcmVhdGVBY2NvdW50UmVxdWVzdBIQCgh1c2VybmFtZRgBIAEoCRIVCghwYXNzd29yZBgCIAEoCUIDgAEBIjsKFUNyZWF0ZUFjY291bnRSZXNwb25zZRIiCgdhY2NvdW50GAEgASgLMhEuc2hlYmEudjEuQWNjb3VudCIyCgxMb2dpblJlcXVlc3QSEAoIdXNlcm5hbWUYASABKAkSEAoIcGFzc3dvcmQYAiABKAkiMwoNTG9naW5SZXNwb25zZRIiCgdhY2NvdW50GAEgASgLMhEuc2hlYmEudjEuQWNjb3VudCInChFHZXRBY2NvdW50UmVxdWVzdBISCgphY2NvdW50X2lkGAEgASgJIjgKEkdldEFjY291bnRSZXNwb25zZRIiCgdhY2NvdW50GAEgASgLMhEuc2hlYmEudjEuQWNjb3VudDL6AgoOQWNjb3VudFNlcnZpY2USiwEKDUNyZWF0ZUFjY291bnQSHi5zaGViYS52MS5DcmVhdGVBY2NvdW50UmVxdWVzdBofLnNoZWJhLnYxLkNyZWF0ZUFjY291bnRSZXNwb25zZSI5wvMYFRABGAEqD2FjY291bnQuY3JlYXRlZILT5JMCGjoBKmIHYWNjb3VudCIML3YxL2FjY291bnRzEl0KBUxvZ2luEhYuc2hlYmEudjEuTG9naW5SZXF1ZXN0Ghcuc2hlYmEudjEuTG9naW5SZXNwb25zZSIjwvMYAhgBgtPkkwIXOgEqIhIvdjEvYWNjb3VudHM6bG9naW4SewoKR2V0QWNjb3VudBIbLnNoZWJhLnYxLkdldEFjY291bnRSZXF1ZXN0Ghwuc2hlYmEudjEuR2V0QWNjb3VudFJlc3BvbnNlIjLC8xgEGAEgAYLT5JMCJGIHYWNjb3VudBIZL3YxL2FjY291bnRzL3thY2NvdW50X2lkfUIwWi5naXRodWIuY29tL3NoZWJhc3ZjL3NoZWJhL2dlbi9zaGViYS92MTtzaGViYXYxYgZwcm90bzM", [file_google_api_annotations, file_google_protobuf_timestamp, file_sheba_v1_options]);
+  fileDesc("ChZzaGViYS92MS9hY2NvdW50LnByb3RvEghzaGViYS52MSJYCgdBY2NvdW50EgoKAmlkGAEgASgJEhAKCHVzZXJuYW1lGAIgASgJEi8KC2NyZWF0ZV90aW1lGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJlChRDcmVhdGVBY2NvdW50UmVxdWVzdBIsCgh1c2VybmFtZRgBIAEoCUIaukgXchUyE15bYS16MC05Ll8tXXszLDY0fSQSHwoIcGFzc3dvcmQYAiABKAlCDYABAbpIB3IFIAgogAIiOwoVQ3JlYXRlQWNjb3VudFJlc3BvbnNlEiIKB2FjY291bnQYASABKAsyES5zaGViYS52MS5BY2NvdW50IloKDExvZ2luUmVxdWVzdBIsCgh1c2VybmFtZRgBIAEoCUIaukgXchUyE15bYS16MC05Ll8tXXszLDY0fSQSHAoIcGFzc3dvcmQYAiABKAlCCrpIB3IFIAgogAIiMwoNTG9naW5SZXNwb25zZRIiCgdhY2NvdW50GAEgASgLMhEuc2hlYmEudjEuQWNjb3VudCIxChFHZXRBY2NvdW50UmVxdWVzdBIcCgphY2NvdW50X2lkGAEgASgJQgi6SAVyA7ABASI4ChJHZXRBY2NvdW50UmVzcG9uc2USIgoHYWNjb3VudBgBIAEoCzIRLnNoZWJhLnYxLkFjY291bnQy+gIKDkFjY291bnRTZXJ2aWNlEosBCg1DcmVhdGVBY2NvdW50Eh4uc2hlYmEudjEuQ3JlYXRlQWNjb3VudFJlcXVlc3QaHy5zaGViYS52MS5DcmVhdGVBY2NvdW50UmVzcG9uc2UiOcLzGBUQARgBKg9hY2NvdW50LmNyZWF0ZWSC0+STAho6ASpiB2FjY291bnQiDC92MS9hY2NvdW50cxJdCgVMb2dpbhIWLnNoZWJhLnYxLkxvZ2luUmVxdWVzdBoXLnNoZWJhLnYxLkxvZ2luUmVzcG9uc2UiI8LzGAIYAYLT5JMCFzoBKiISL3YxL2FjY291bnRzOmxvZ2luEnsKCkdldEFjY291bnQSGy5zaGViYS52MS5HZXRBY2NvdW50UmVxdWVzdBocLnNoZWJhLnYxLkdldEFjY291bnRSZXNwb25zZSIywvMYBBgBIAGC0+STAiRiB2FjY291bnQSGS92MS9hY2NvdW50cy97YWNjb3VudF9pZH1CMFouZ2l0aHViLmNvbS9zaGViYXN2Yy9zaGViYS9nZW4vc2hlYmEvdjE7c2hlYmF2MWIGcHJvdG8z", [file_buf_validate_validate, file_google_api_annotations, file_google_protobuf_timestamp, file_sheba_v1_options]);
 
 /**
  * Account is a user of the service. Its password is never returned.
@@ -110,14 +111,16 @@ export const CreateAccountResponseSchema: GenMessage<CreateAccountResponse> = /*
  */
 export type LoginRequest = Message<"sheba.v1.LoginRequest"> & {
   /**
-   * The account's username.
+   * The account's username. The rules of CreateAccount's hold, so that a
+   * username that could never exist is INVALID_ARGUMENT, not
+   * UNAUTHENTICATED.
    *
    * @generated from field: string username = 1;
    */
   username: string;
 
   /**
-   * The account's password.
+   * The account's password, under CreateAccount's rules.
    *
    * @generated from field: string password = 2;
    */

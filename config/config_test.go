@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"go.yaml.in/yaml/v3"
+
+	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 )
 
 // testURL is a database URL that parses; nothing connects to it.
@@ -58,6 +60,19 @@ func TestDefault(t *testing.T) {
 	// few KiB.
 	if got := Default().GRPC.MaxRecvBytes; got != 64<<10 {
 		t.Errorf("grpc.max_recv_bytes defaults to %d, want 65536", got)
+	}
+
+	// auth.public's default is the methods the protos make public.
+	var public []string
+	for _, svc := range shebav1.Services {
+		for _, m := range svc.Methods {
+			if m.Policy.Public {
+				public = append(public, m.FullName)
+			}
+		}
+	}
+	if diff := cmp.Diff(public, Default().Auth.Public); diff != "" || len(public) == 0 {
+		t.Errorf("auth.public defaults to (-the public methods +got):\n%s", diff)
 	}
 
 	// Default must not share slices between calls.

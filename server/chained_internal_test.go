@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"slices"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -151,4 +152,19 @@ func newTestServices(t *testing.T) *Services {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// TestEventTypes: the event types endpoints may ask for are the events of
+// the methods' policies, each once, and every type a handler publishes is
+// among them.
+func TestEventTypes(t *testing.T) {
+	types := EventTypes()
+	for _, e := range []string{EventAccountCreated, EventSubscriptionCreated, EventSubscriptionCanceled} {
+		if !slices.Contains(types, e) {
+			t.Errorf("%s is published but no method's policy emits it", e)
+		}
+	}
+	if len(slices.Compact(slices.Sorted(slices.Values(types)))) != len(types) {
+		t.Errorf("EventTypes() = %q repeats a type", types)
+	}
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -184,6 +186,38 @@ func TestOpenAPIDocumentHasEveryRoute(t *testing.T) {
 	slices.Sort(want)
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("routes (-table +document):\n%s", diff)
+	}
+}
+
+// TestDocsRoutes checks the route table of docs/api.md#routes against the
+// method table: a method added to the protos is said there too, with its
+// route.
+func TestDocsRoutes(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, routes, ok := strings.Cut(string(doc), "\n## Routes\n")
+	if !ok {
+		t.Fatal("docs/api.md has no Routes section")
+	}
+	routes, _, _ = strings.Cut(routes, "\n## ")
+	// | `/sheba.v1.PingService/Ping` | `GET /v1/ping` | ...
+	row := regexp.MustCompile("(?m)^\\| `(/[^`]+)` \\| `([A-Z]+) ([^`?]+)[^`]*` \\|")
+	var got []string
+	for _, m := range row.FindAllStringSubmatch(routes, -1) {
+		got = append(got, m[1]+" "+m[2]+" "+m[3])
+	}
+	var want []string
+	for _, svc := range shebav1.Services {
+		for _, m := range svc.Methods {
+			want = append(want, m.FullName+" "+m.HTTP.Method+" "+m.HTTP.Path)
+		}
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("docs/api.md#routes (-method table +docs):\n%s", diff)
 	}
 }
 

@@ -104,12 +104,12 @@ func TestConfigCheckExitStatus(t *testing.T) {
 			"http.max_body_bytes (SHEBA_HTTP_MAX_BODY_BYTES): must be at most 67108864 (64 MiB)"},
 		{"public method that is none", []string{"config", "check", "--config", unknownPublic}, []string{secret}, 2,
 			`auth.public[1]: "/grpc.health.v1.Health/Check" is not a method of sheba`},
-		{"public method that is none, serve", []string{"serve"}, []string{secret, `SHEBA_AUTH_PUBLIC=["/sheba.v1.PingService/Pong"]`}, 2,
-			`auth.public[0] (SHEBA_AUTH_PUBLIC): "/sheba.v1.PingService/Pong" is not a method of sheba`},
+		{"public method that is none, serve", []string{"serve"}, []string{secret, `SHEBA_AUTH_PUBLIC=["/sheba.v1.PingService/NoSuchMethod"]`}, 2,
+			`auth.public[0] (SHEBA_AUTH_PUBLIC): "/sheba.v1.PingService/NoSuchMethod" is not a method of sheba`},
 		{"hook method that is none", []string{"config", "check", "--config", unknownHook}, []string{secret}, 2,
 			`hook.methods[0]: "/sheba.v1.AccountService/Logout" is not a method of sheba`},
 		{"public policy changed", []string{"config", "check"}, []string{secret, `SHEBA_AUTH_PUBLIC=["/sheba.v1.AccountService/Login"]`}, 0,
-			"warning: auth.public makes public /sheba.v1.AccountService/Login, which need a key by the API's policy; and makes /sheba.v1.PingService/Ping need a key"},
+			"warning: auth.public makes public /sheba.v1.AccountService/Login, which need a key by the API's policy; and makes /sheba.v1.PingService/Ping"},
 	} {
 		t.Run(test.name, func(t *testing.T) {
 			cmd := exec.Command(bin, test.args...)

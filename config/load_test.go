@@ -310,7 +310,9 @@ log: { level: warn }
 		{
 			name: "JSON list",
 			env:  map[string]string{"SHEBA_AUTH_PUBLIC": `["/sheba.v1.PingService/Ping", "/sheba.v1.AccountService/Login"]`},
-			want: func(c *Config) { c.Auth.Public = []string{"/sheba.v1.PingService/Ping", "/sheba.v1.AccountService/Login"} },
+			want: func(c *Config) {
+				c.Auth.Public = []string{"/sheba.v1.PingService/Ping", "/sheba.v1.AccountService/Login"}
+			},
 		},
 		{
 			name: "YAML flow list of keys",

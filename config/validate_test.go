@@ -436,8 +436,10 @@ func TestValidate(t *testing.T) {
 			wantMsg: "must be a full gRPC method name",
 		},
 		{
-			name:    "auth.public method that is none",
-			change:  func(c *Config) { c.Auth.Public = []string{"/sheba.v1.PingService/Ping", "/sheba.v1.PingService/NoSuchMethod"} },
+			name: "auth.public method that is none",
+			change: func(c *Config) {
+				c.Auth.Public = []string{"/sheba.v1.PingService/Ping", "/sheba.v1.PingService/NoSuchMethod"}
+			},
 			wantKey: "auth.public[1]",
 			wantMsg: `auth.public[1]: "/sheba.v1.PingService/NoSuchMethod" is not a method of sheba (docs/api.md)`,
 		},

@@ -59,4 +59,3 @@ func newHook(c config.Hook, validate func(context.Context, proto.Message) error,
 		hook.WithLogger(log),
 	), client, nil
 }
-

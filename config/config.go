@@ -227,7 +227,8 @@ const (
 type Auth struct {
 	// Keys are the accepted API keys, stored as their SHA-256.
 	Keys []APIKey `yaml:"keys"`
-	// Public lists full gRPC method names callable without a key.
+	// Public lists full gRPC method names callable without a key; by
+	// default the methods whose policy is public in the protos.
 	Public []string `yaml:"public"`
 }
 
@@ -359,7 +360,7 @@ func Default() Config {
 
 			MaxConnections: 1024,
 		},
-		Auth:        Auth{Public: []string{"/sheba.v1.PingService/Ping"}},
+		Auth:        Auth{Public: publicMethods()},
 		Compression: Compression{MinBytes: 1024},
 		Shutdown:    Shutdown{Timeout: 30 * time.Second},
 		Log:         Log{Level: "info", Format: "json"},

@@ -3,11 +3,15 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"go.yaml.in/yaml/v3"
+
+	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 )
 
 // testURL is a database URL that parses; nothing connects to it.
@@ -60,6 +64,19 @@ func TestDefault(t *testing.T) {
 		t.Errorf("grpc.max_recv_bytes defaults to %d, want 65536", got)
 	}
 
+	// auth.public's default is the methods the protos make public.
+	var public []string
+	for _, svc := range shebav1.Services {
+		for _, m := range svc.Methods {
+			if m.Policy.Public {
+				public = append(public, m.FullName)
+			}
+		}
+	}
+	if diff := cmp.Diff(public, Default().Auth.Public); diff != "" || len(public) == 0 {
+		t.Errorf("auth.public defaults to (-the public methods +got):\n%s", diff)
+	}
+
 	// Default must not share slices between calls.
 	a := Default()
 	a.Auth.Public[0] = "/changed.Service/Method"
@@ -102,6 +119,10 @@ func TestErrorString(t *testing.T) {
 		})
 	}
 }
+
+// fromProtos are the keys whose default the protos say (the method
+// table), which example.yaml shows in a comment.
+var fromProtos = map[string]bool{"auth.public": true}
 
 // TestSampleFiles checks that the files shipped in config/ load, validate
 // and say what they claim to.
@@ -174,6 +195,15 @@ func TestSampleFiles(t *testing.T) {
 		}
 		var want []string
 		for _, k := range allKeys() {
+			// A key whose default the protos say is shown in a
+			// comment, so that the file does not pin it.
+			if fromProtos[k.key] {
+				section, name, _ := strings.Cut(k.key, ".")
+				if !regexp.MustCompile(`(?m)^` + section + `:\n(?:  .*\n|\n)*?  # ` + name + `: `).Match(data) {
+					t.Errorf("example.yaml: no comment \"# %s: ...\" in section %s", name, section)
+				}
+				continue
+			}
 			want = append(want, k.key)
 		}
 		if diff := cmp.Diff(want, got); diff != "" {

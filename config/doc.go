@@ -6,7 +6,7 @@
 // is an error), then applies environment variables, then validates. Every
 // scalar key can be overridden by SHEBA_<SECTION>_<KEY> (for example
 // SHEBA_LIMITS_MAX_INFLIGHT=50 or SHEBA_SHUTDOWN_DRAIN_DELAY=5s); list keys
-// take a YAML or JSON flow value (SHEBA_AUTH_PUBLIC='["/a.B/C"]'); and
+// take a YAML or JSON flow value (SHEBA_AUTH_PUBLIC='["/sheba.v1.PingService/Ping"]'); and
 // DATABASE_URL overrides database.url, winning over SHEBA_DATABASE_URL. An
 // empty variable counts as unset. The variable names are derived from the
 // yaml tags of Config, so a new key gets its variable without further code.

@@ -147,7 +147,7 @@ limits:
 auth:
   keys:
     - { id: "billing-svc", sha256: "` + testKey.SHA256 + `" }
-  public: ["/sheba.v1.PingService/Ping", "/grpc.health.v1.Health/Check"]
+  public: ["/sheba.v1.PingService/Ping", "/sheba.v1.AccountService/Login"]
 compression: { min_bytes: 0 }
 shutdown: { drain_delay: 5s, timeout: 20s }
 log: { level: debug, format: text }
@@ -176,7 +176,7 @@ hook: { url: "unix:///run/hook.sock", protocol: http, methods: ["/sheba.v1.Accou
 					},
 					Auth: Auth{
 						Keys:   []APIKey{testKey},
-						Public: []string{"/sheba.v1.PingService/Ping", "/grpc.health.v1.Health/Check"},
+						Public: []string{"/sheba.v1.PingService/Ping", "/sheba.v1.AccountService/Login"},
 					},
 					Compression: Compression{MinBytes: 0},
 					Shutdown:    Shutdown{DrainDelay: 5 * time.Second, Timeout: 20 * time.Second},
@@ -309,8 +309,10 @@ log: { level: warn }
 		},
 		{
 			name: "JSON list",
-			env:  map[string]string{"SHEBA_AUTH_PUBLIC": `["/a.B/C", "/d.E/F"]`},
-			want: func(c *Config) { c.Auth.Public = []string{"/a.B/C", "/d.E/F"} },
+			env:  map[string]string{"SHEBA_AUTH_PUBLIC": `["/sheba.v1.PingService/Ping", "/sheba.v1.AccountService/Login"]`},
+			want: func(c *Config) {
+				c.Auth.Public = []string{"/sheba.v1.PingService/Ping", "/sheba.v1.AccountService/Login"}
+			},
 		},
 		{
 			name: "YAML flow list of keys",

@@ -116,7 +116,7 @@ func (c Config) check() *Error {
 			return atLeast("limits.login_failures.window", c.Limits.LoginFailures.Window, time.Second)
 		},
 		func() *Error { return checkKeys(c.Auth.Keys) },
-		func() *Error { return checkPublic(c.Auth.Public) },
+		func() *Error { return checkMethods("auth.public", c.Auth.Public, "/sheba.v1.PingService/Ping") },
 		func() *Error { return atLeast("compression.min_bytes", c.Compression.MinBytes, 0) },
 		func() *Error { return atLeast("shutdown.drain_delay", c.Shutdown.DrainDelay, 0) },
 		func() *Error { return positive("shutdown.timeout", c.Shutdown.Timeout) },
@@ -160,12 +160,7 @@ func (c Config) check() *Error {
 		func() *Error { return oneOf("hook.protocol", c.Hook.Protocol, HookHTTP, HookExtAuthz) },
 		func() *Error { return checkHookURL(c.Hook.URL, c.Hook.Protocol) },
 		func() *Error {
-			for i, m := range c.Hook.Methods {
-				if !validMethod(m) {
-					return bad(fmt.Sprintf("hook.methods[%d]", i), "must be a full gRPC method name such as \"/sheba.v1.SubscriptionService/CreateSubscription\", got %q", m)
-				}
-			}
-			return nil
+			return checkMethods("hook.methods", c.Hook.Methods, "/sheba.v1.SubscriptionService/CreateSubscription")
 		},
 		func() *Error { return positive("hook.timeout", c.Hook.Timeout) },
 		func() *Error { return oneOf("hook.failure_mode", c.Hook.FailureMode, HookFailClosed, HookFailOpen) },
@@ -378,16 +373,6 @@ func validSHA256(s string) bool {
 	return true
 }
 
-// checkPublic checks that every public entry is a full gRPC method name.
-func checkPublic(public []string) *Error {
-	for i, m := range public {
-		if !validMethod(m) {
-			return bad(fmt.Sprintf("auth.public[%d]", i), "must be a full gRPC method name such as \"/sheba.v1.PingService/Ping\", got %q", m)
-		}
-	}
-	return nil
-}
-
 // validMethod reports whether m has the shape /pkg.Service/Method, each
 // part a proto identifier.
 func validMethod(m string) bool {
@@ -482,9 +467,9 @@ func checkFallbackShare(share float64) *Error {
 	return nil
 }
 
-// Warnings returns what is allowed in c but likely a mistake, one line
-// each, for `sheba serve` to log and `sheba config check` to print. Call it
-// on a validated Config.
+// Warnings returns what is allowed in c but likely a mistake, or not what
+// the API's policy says (auth.public), one line each, for `sheba serve` to
+// log and `sheba config check` to print. Call it on a validated Config.
 func (c Config) Warnings() []string {
 	var w []string
 	if s, l := c.Shutdown, c.Limits; s.Timeout <= s.DrainDelay+l.Timeout {
@@ -493,6 +478,9 @@ func (c Config) Warnings() []string {
 	}
 	if c.Paging.Secret == "" {
 		w = append(w, "paging.secret is not set: page tokens and the passwords in idempotency fingerprints are keyed with a random key of this process, so on other replicas and after a restart tokens fail and sign-up retries with an Idempotency-Key answer 422 (docs/configuration.md#paging)")
+	}
+	if p := policyWarning(c.Auth.Public); p != "" {
+		w = append(w, p)
 	}
 	return w
 }

@@ -436,6 +436,20 @@ func TestValidate(t *testing.T) {
 			wantMsg: "must be a full gRPC method name",
 		},
 		{
+			name: "auth.public method that is none",
+			change: func(c *Config) {
+				c.Auth.Public = []string{"/sheba.v1.PingService/Ping", "/sheba.v1.PingService/NoSuchMethod"}
+			},
+			wantKey: "auth.public[1]",
+			wantMsg: `auth.public[1]: "/sheba.v1.PingService/NoSuchMethod" is not a method of sheba (docs/api.md)`,
+		},
+		{
+			name:    "auth.public health",
+			change:  func(c *Config) { c.Auth.Public = []string{"/grpc.health.v1.Health/Check"} },
+			wantKey: "auth.public[0]",
+			wantMsg: `"/grpc.health.v1.Health/Check" is not a method of sheba`,
+		},
+		{
 			name:    "compression.min_bytes",
 			change:  func(c *Config) { c.Compression.MinBytes = -1 },
 			wantKey: "compression.min_bytes",
@@ -619,6 +633,14 @@ func TestValidate(t *testing.T) {
 			wantMsg: `hook.methods[0]: must be a full gRPC method name`,
 		},
 		{
+			name: "hook.methods method that is none",
+			change: func(c *Config) {
+				c.Hook.Methods = []string{"/sheba.v1.PingService/Ping", "/sheba.v1.SubscriptionService/CreateSubscriptions"}
+			},
+			wantKey: "hook.methods[1]",
+			wantMsg: `hook.methods[1]: "/sheba.v1.SubscriptionService/CreateSubscriptions" is not a method of sheba (docs/api.md)`,
+		},
+		{
 			name:    "hook.timeout",
 			change:  func(c *Config) { c.Hook.Timeout = 0 },
 			wantKey: "hook.timeout",
@@ -742,6 +764,14 @@ func TestWarnings(t *testing.T) {
 			c.Shutdown.Timeout, c.Limits.Timeout = 2*time.Second, 5*time.Second
 		}, []string{"shutdown.timeout (2s) is not longer than shutdown.drain_delay (0s) + limits.timeout (5s)"}},
 		{"no paging secret", func(c *Config) { c.Paging.Secret = "" }, []string{"paging.secret is not set"}},
+		{"auth.public as the protos say", func(c *Config) { c.Auth.Public = publicMethods() }, nil},
+		{"auth.public makes a keyed method public", func(c *Config) {
+			c.Auth.Public = append(publicMethods(), "/sheba.v1.AccountService/Login", "/sheba.v1.AccountService/CreateAccount")
+		}, []string{"auth.public makes public /sheba.v1.AccountService/CreateAccount, /sheba.v1.AccountService/Login, which need a key by the API's policy (docs/api.md#authentication)"}},
+		{"auth.public keys a public method", func(c *Config) { c.Auth.Public = []string{} },
+			[]string{"auth.public makes " + strings.Join(publicMethods(), ", ") + " need a key, public by the API's policy (docs/api.md#authentication)"}},
+		{"auth.public both", func(c *Config) { c.Auth.Public = []string{"/sheba.v1.AccountService/GetAccount"} },
+			[]string{"auth.public makes public /sheba.v1.AccountService/GetAccount, which need a key by the API's policy; and makes " + strings.Join(publicMethods(), ", ") + " need a key"}},
 	} {
 		t.Run(test.name, func(t *testing.T) {
 			c := Default()

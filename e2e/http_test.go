@@ -57,7 +57,12 @@ func TestOperatorEndpoints(t *testing.T) {
 	if diff := cmp.Diff(map[string]any{"status": "ok"}, r.JSON(t)); diff != "" {
 		t.Errorf("GET /readyz body (-want +got):\n%s", diff)
 	}
-	for _, svc := range []string{"", "sheba.v1.PingService", "sheba.v1.AccountService", "sheba.v1.SubscriptionService"} {
+	// The server, and every service of the method table.
+	services := []string{""}
+	for _, svc := range shebav1.Services {
+		services = append(services, svc.Name)
+	}
+	for _, svc := range services {
 		resp, err := e.health.Check(t.Context(), &healthpb.HealthCheckRequest{Service: svc})
 		if err != nil {
 			t.Fatalf("health Check(%q): %v", svc, err)

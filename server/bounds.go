@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/shebasvc/sheba/codec/protobound"
+	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/interceptors/reason"
 )
 
@@ -29,9 +30,11 @@ func maxItems(fd protoreflect.FieldDescriptor) int {
 // repeatedBounds are the bounds of maxItems on the request message of every
 // method, made once.
 var repeatedBounds = func() *protobound.Bounds {
-	msgs := make([]protoreflect.MessageDescriptor, 0, len(direct))
-	for _, d := range direct {
-		msgs = append(msgs, d.newRequest().ProtoReflect().Descriptor())
+	var msgs []protoreflect.MessageDescriptor
+	for _, t := range shebav1.Services {
+		for _, m := range t.Methods {
+			msgs = append(msgs, m.NewRequest().ProtoReflect().Descriptor())
+		}
 	}
 	return protobound.New(maxItems, msgs...)
 }()

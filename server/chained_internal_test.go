@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"slices"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -12,21 +13,23 @@ import (
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 )
 
-// TestDirectCoversEveryMethod: every method of every service has its
-// direct call, decoding into the message its generated handler decodes
-// into, and direct names no method that does not exist.
-func TestDirectCoversEveryMethod(t *testing.T) {
+// TestTableMatchesDescriptions: the method table names every method of
+// every service's description, in its order, and a method's NewRequest
+// makes the message its generated handler decodes into, so RegisterChained
+// serves every method as grpc-go's handler would.
+func TestTableMatchesDescriptions(t *testing.T) {
 	stop := errors.New("decoded")
-	seen := 0
-	for _, desc := range descs {
-		for _, m := range desc.Methods {
-			full := "/" + desc.ServiceName + "/" + m.MethodName
-			d, ok := direct[full]
-			if !ok {
-				t.Errorf("%s: not in direct", full)
+	for _, svc := range shebav1.Services {
+		if svc.Name != svc.Desc.ServiceName || len(svc.Methods) != len(svc.Desc.Methods) {
+			t.Errorf("%s: table of %d methods, description %s of %d", svc.Name, len(svc.Methods), svc.Desc.ServiceName, len(svc.Desc.Methods))
+			continue
+		}
+		for i, m := range svc.Desc.Methods {
+			full := "/" + svc.Desc.ServiceName + "/" + m.MethodName
+			if tm := svc.Methods[i]; tm.Name != m.MethodName || tm.FullName != full {
+				t.Errorf("%s: the table's method %d is %s (%s)", full, i, tm.Name, tm.FullName)
 				continue
 			}
-			seen++
 			var generated any
 			_, err := m.Handler(nil, context.Background(), func(in any) error {
 				generated = in
@@ -35,13 +38,31 @@ func TestDirectCoversEveryMethod(t *testing.T) {
 			if !errors.Is(err, stop) {
 				t.Fatalf("%s: generated handler: %v", full, err)
 			}
-			if got, want := reflect.TypeOf(d.newRequest().message()), reflect.TypeOf(generated); got != want {
-				t.Errorf("%s: direct decodes into %v, the generated handler into %v", full, got, want)
+			if got, want := reflect.TypeOf(svc.Methods[i].NewRequest()), reflect.TypeOf(generated); got != want {
+				t.Errorf("%s: the table makes a %v, the generated handler decodes into %v", full, got, want)
 			}
 		}
 	}
-	if seen != len(direct) {
-		t.Errorf("direct has %d methods, the services %d", len(direct), seen)
+}
+
+// TestServicesMatchTable: New matches every service of the method table
+// with its implementation.
+func TestServicesMatchTable(t *testing.T) {
+	s, err := New(nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := registrar{}
+	s.Register(r)
+	for _, svc := range shebav1.Services {
+		for _, m := range svc.Methods {
+			if _, ok := r[m.FullName]; !ok {
+				t.Errorf("%s: not registered", m.FullName)
+			}
+		}
+	}
+	if want := len(Methods()); len(r) != want {
+		t.Errorf("registered %d methods, the table has %d", len(r), want)
 	}
 }
 
@@ -57,8 +78,7 @@ func (r registrar) RegisterService(desc *grpc.ServiceDesc, _ any) {
 // TestRegisterChained: a method registered by RegisterChained runs the
 // chain with its request decoded, its full name and the implementation,
 // and the chain's handler is the service's method; a decoding error stops
-// the call before the chain; a method outside direct gets the chain as its
-// generated handler's interceptor.
+// the call before the chain.
 func TestRegisterChained(t *testing.T) {
 	type seen struct {
 		method string
@@ -70,7 +90,7 @@ func TestRegisterChained(t *testing.T) {
 		calls = append(calls, seen{info.FullMethod, info.Server, req})
 		return handler(ctx, req)
 	}
-	s := &Services{ping: pingServer{}}
+	s := newTestServices(t)
 	r := registrar{}
 	s.RegisterChained(r, chain)
 	ping := r[shebav1.PingService_Ping_FullMethodName]
@@ -99,16 +119,6 @@ func TestRegisterChained(t *testing.T) {
 	if len(calls) != 1 {
 		t.Errorf("the chain ran for a message that did not decode")
 	}
-
-	// A method direct does not know: its generated handler, with the chain.
-	delete(direct, shebav1.PingService_Ping_FullMethodName)
-	t.Cleanup(func() { direct[shebav1.PingService_Ping_FullMethodName] = method(shebav1.PingServiceServer.Ping) })
-	r = registrar{}
-	s.RegisterChained(r, chain)
-	out, err = r[shebav1.PingService_Ping_FullMethodName].Handler(s.ping, context.Background(), dec, nil)
-	if err != nil || out.(*shebav1.PingResponse).GetMessage() != "pong" || len(calls) != 2 {
-		t.Fatalf("Ping outside direct: %v, %v, the chain ran %d times in all, want 2", out, err, len(calls))
-	}
 }
 
 // TestRegisterChainedRefusal: a request that the codec refused reaches the
@@ -122,7 +132,7 @@ func TestRegisterChainedRefusal(t *testing.T) {
 		}
 		return handler(ctx, req)
 	}
-	s := &Services{ping: pingServer{}}
+	s := newTestServices(t)
 	r := registrar{}
 	s.RegisterChained(r, chain)
 	dec := func(in any) error {
@@ -131,5 +141,30 @@ func TestRegisterChainedRefusal(t *testing.T) {
 	}
 	if _, err := r[shebav1.PingService_Ping_FullMethodName].Handler(nil, context.Background(), dec, nil); !errors.Is(err, refusal) || !errors.Is(got, refusal) {
 		t.Errorf("got %v from the call, %v from CheckRequest; want the refusal", err, got)
+	}
+}
+
+// newTestServices returns the services over no store: enough for Ping.
+func newTestServices(t *testing.T) *Services {
+	t.Helper()
+	s, err := New(nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestEventTypes: the event types endpoints may ask for are the events of
+// the methods' policies, each once, and every type a handler publishes is
+// among them.
+func TestEventTypes(t *testing.T) {
+	types := EventTypes()
+	for _, e := range []string{EventAccountCreated, EventSubscriptionCreated, EventSubscriptionCanceled} {
+		if !slices.Contains(types, e) {
+			t.Errorf("%s is published but no method's policy emits it", e)
+		}
+	}
+	if len(slices.Compact(slices.Sorted(slices.Values(types)))) != len(types) {
+		t.Errorf("EventTypes() = %q repeats a type", types)
 	}
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"sync"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
@@ -93,24 +94,38 @@ type refused interface {
 	refusal() error
 }
 
-// request is the decodeTarget of a message of type Req, made in one
-// allocation, as the message alone was.
-type request[Req any, P interface {
-	*Req
-	proto.Message
-}] struct {
-	msg Req
+// request is the decodeTarget of a request message: the message, and the
+// refusal of a request that Codec refused unread. RegisterChained takes
+// one from requests for each call and puts it back once the chain has
+// answered, so that a call allocates its message alone, as grpc-go's own
+// handler does.
+type request struct {
+	msg proto.Message
 	err error
 }
 
-func (r *request[Req, P]) ProtoReflect() protoreflect.Message { return P(&r.msg).ProtoReflect() }
-func (r *request[Req, P]) message() proto.Message             { return P(&r.msg) }
-func (r *request[Req, P]) refuse(err error)                   { r.err = err }
-func (r *request[Req, P]) refusal() error                     { return r.err }
+// requests are the requests not in use. A refused one is not put back:
+// the chain has it, as the request, in its answer's path.
+var requests = sync.Pool{New: func() any { return new(request) }}
 
-func (r *request[Req, P]) request() any {
+func (r *request) ProtoReflect() protoreflect.Message { return r.msg.ProtoReflect() }
+func (r *request) message() proto.Message             { return r.msg }
+func (r *request) refuse(err error)                   { r.err = err }
+func (r *request) refusal() error                     { return r.err }
+
+func (r *request) request() any {
 	if r.err != nil {
 		return r
 	}
-	return P(&r.msg)
+	return r.msg
+}
+
+// release puts r back in requests, unless it was refused; nothing may use
+// it after.
+func (r *request) release() {
+	if r.err != nil {
+		return
+	}
+	r.msg = nil
+	requests.Put(r)
 }

@@ -30,7 +30,7 @@ func decodeWith(t *testing.T, c interface {
 		data = append(data, mem.SliceBuffer(b[:n]))
 		b = b[n:]
 	}
-	in := direct[method].newRequest()
+	in := &request{msg: newRequestOf(t, method)}
 	if err := c.Unmarshal(data, in); err != nil {
 		t.Fatalf("Unmarshal: %v", err)
 	}
@@ -128,4 +128,19 @@ func BenchmarkCheckRequest(b *testing.B) {
 			}
 		})
 	}
+}
+
+// newRequestOf returns a new request message of method, from the method
+// table.
+func newRequestOf(t *testing.T, method string) proto.Message {
+	t.Helper()
+	for _, svc := range shebav1.Services {
+		for _, m := range svc.Methods {
+			if m.FullName == method {
+				return m.NewRequest()
+			}
+		}
+	}
+	t.Fatalf("%s: no such method in the table", method)
+	return nil
 }

@@ -1,8 +1,12 @@
 package server
 
 import (
+	"fmt"
 	"log/slog"
+	"maps"
 	"net"
+	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -49,6 +53,9 @@ type Services struct {
 	account      *accountServer
 	subscription *subscriptionServer
 	webhook      *webhookServer
+	// list is every service of the method table with its implementation,
+	// in the table's order.
+	list []service
 }
 
 // New returns the services over st. It connects nowhere.
@@ -74,49 +81,60 @@ func New(st *store.Store, opts Options) (*Services, error) {
 	if logins == nil {
 		logins = loginthrottle.New(0, 0)
 	}
-	return &Services{
+	s := &Services{
 		account:      &accountServer{store: st, hasher: hasher, errs: errs, events: events, logins: logins},
 		subscription: &subscriptionServer{store: st, errs: errs, events: events, tokens: tokens},
 		webhook:      newWebhookServer(st, errs, tokens, opts),
-	}, nil
+	}
+	if s.list, err = s.services(); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // Register registers every service on r.
 func (s *Services) Register(r grpc.ServiceRegistrar) {
-	for _, svc := range s.services() {
-		r.RegisterService(svc.desc, svc.impl)
+	for _, svc := range s.list {
+		r.RegisterService(svc.table.Desc, svc.impl)
 	}
 }
 
-// service is a service's description and its implementation.
+// service is a service of the method table and its implementation.
 type service struct {
-	desc *grpc.ServiceDesc
-	impl any
+	table *shebav1.ServiceTable
+	impl  any
 }
 
-// services are the services, in the order of descs.
-func (s *Services) services() []service {
-	return []service{
-		{&shebav1.PingService_ServiceDesc, s.ping},
-		{&shebav1.AccountService_ServiceDesc, s.account},
-		{&shebav1.SubscriptionService_ServiceDesc, s.subscription},
-		{&shebav1.WebhookService_ServiceDesc, s.webhook},
+// services matches every service of the method table with its
+// implementation: a service of the protos without one here, or one here
+// that the protos do not have, is an error at start.
+func (s *Services) services() ([]service, error) {
+	impls := map[string]any{
+		shebav1.PingService_Table.Name:         s.ping,
+		shebav1.AccountService_Table.Name:      s.account,
+		shebav1.SubscriptionService_Table.Name: s.subscription,
+		shebav1.WebhookService_Table.Name:      s.webhook,
 	}
-}
-
-// descs lists the services, for what is said of them below.
-var descs = []*grpc.ServiceDesc{
-	&shebav1.PingService_ServiceDesc,
-	&shebav1.AccountService_ServiceDesc,
-	&shebav1.SubscriptionService_ServiceDesc,
-	&shebav1.WebhookService_ServiceDesc,
+	list := make([]service, 0, len(shebav1.Services))
+	for _, t := range shebav1.Services {
+		impl, ok := impls[t.Name]
+		if !ok {
+			return nil, fmt.Errorf("server: service %s of the protos has no implementation (server.Services)", t.Name)
+		}
+		delete(impls, t.Name)
+		list = append(list, service{t, impl})
+	}
+	if len(impls) > 0 {
+		return nil, fmt.Errorf("server: %s implemented but no service of the protos", strings.Join(slices.Sorted(maps.Keys(impls)), ", "))
+	}
+	return list, nil
 }
 
 // ServiceNames returns the full names of the services.
 func ServiceNames() []string {
-	names := make([]string, len(descs))
-	for i, d := range descs {
-		names[i] = d.ServiceName
+	names := make([]string, len(shebav1.Services))
+	for i, t := range shebav1.Services {
+		names[i] = t.Name
 	}
 	return names
 }
@@ -124,34 +142,37 @@ func ServiceNames() []string {
 // Methods returns the full names (/service/method) of every method.
 func Methods() []string {
 	var methods []string
-	for _, d := range descs {
-		for _, m := range d.Methods {
-			methods = append(methods, "/"+d.ServiceName+"/"+m.MethodName)
+	for _, t := range shebav1.Services {
+		for _, m := range t.Methods {
+			methods = append(methods, m.FullName)
 		}
 	}
 	return methods
 }
 
-// DatabaseMethods returns the full names of the methods that cannot answer
-// without the database: every method but the ping.
-func DatabaseMethods() map[string]bool {
-	needs := map[string]bool{}
-	for _, d := range descs {
-		for _, m := range d.Methods {
-			needs["/"+d.ServiceName+"/"+m.MethodName] = d != &shebav1.PingService_ServiceDesc
+// methodsWhere returns the full names of the methods whose policy has has.
+func methodsWhere(has func(shebav1.MethodPolicyTable) bool) map[string]bool {
+	set := map[string]bool{}
+	for _, t := range shebav1.Services {
+		for _, m := range t.Methods {
+			if has(m.Policy) {
+				set[m.FullName] = true
+			}
 		}
 	}
-	return needs
+	return set
+}
+
+// DatabaseMethods returns the full names of the methods that cannot answer
+// without the database (option (sheba.v1.policy).database).
+func DatabaseMethods() map[string]bool {
+	return methodsWhere(func(p shebav1.MethodPolicyTable) bool { return p.Database })
 }
 
 // IdempotentMethods returns the full names of the methods that take an
-// idempotency key (docs/api.md#idempotency-keys): the creates and the
-// cancel, whose retry could otherwise change the data twice or answer
-// differently.
+// idempotency key (docs/api.md#idempotency-keys; option
+// (sheba.v1.policy).idempotent): the creates and the cancel, whose retry
+// could otherwise change the data twice or answer differently.
 func IdempotentMethods() map[string]bool {
-	return map[string]bool{
-		shebav1.AccountService_CreateAccount_FullMethodName:           true,
-		shebav1.SubscriptionService_CreateSubscription_FullMethodName: true,
-		shebav1.SubscriptionService_CancelSubscription_FullMethodName: true,
-	}
+	return methodsWhere(func(p shebav1.MethodPolicyTable) bool { return p.Idempotent })
 }

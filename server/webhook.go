@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,18 +24,30 @@ import (
 	"github.com/shebasvc/sheba/webhooks/ssrf"
 )
 
-// The event types of docs/webhooks.md.
+// The event types of docs/webhooks.md that the handlers publish; each is
+// among the events of its method's policy (EventTypes).
 const (
 	EventAccountCreated       = "account.created"
 	EventSubscriptionCreated  = "subscription.created"
 	EventSubscriptionCanceled = "subscription.canceled"
 )
 
-// EventTypes lists the event types an endpoint may ask for: those that
-// CreateWebhookEndpointRequest.event_types's constraint allows
-// (TestEventTypesConstraint keeps the two the same).
+// EventTypes lists the event types an endpoint may ask for: those the
+// methods emit (option (sheba.v1.policy).events), each once, in the order
+// of the method table; CreateWebhookEndpointRequest.event_types's
+// constraint allows exactly these (TestEventTypesConstraint).
 func EventTypes() []string {
-	return []string{EventAccountCreated, EventSubscriptionCreated, EventSubscriptionCanceled}
+	var types []string
+	for _, t := range shebav1.Services {
+		for _, m := range t.Methods {
+			for _, e := range m.Policy.Events {
+				if !slices.Contains(types, e) {
+					types = append(types, e)
+				}
+			}
+		}
+	}
+	return types
 }
 
 // Publisher announces a change to the webhook endpoints that receive its

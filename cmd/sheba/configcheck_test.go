@@ -79,6 +79,10 @@ func TestConfigCheckExitStatus(t *testing.T) {
 	bin := shebaproc.Binary(t)
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
 	writeConfigFile(t, bad, "limits:\n  max_inflight: 0\n")
+	unknownPublic := filepath.Join(t.TempDir(), "public.yaml")
+	writeConfigFile(t, unknownPublic, "auth:\n  public: [\"/sheba.v1.PingService/Ping\", \"/grpc.health.v1.Health/Check\"]\n")
+	unknownHook := filepath.Join(t.TempDir(), "hook.yaml")
+	writeConfigFile(t, unknownHook, "hook:\n  url: http://127.0.0.1:1/check\n  methods: [\"/sheba.v1.AccountService/Logout\"]\n")
 	const secret = "SHEBA_PAGING_SECRET=00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
 	for _, test := range []struct {
 		name       string
@@ -98,6 +102,14 @@ func TestConfigCheckExitStatus(t *testing.T) {
 			"http.max_body_bytes (SHEBA_HTTP_MAX_BODY_BYTES): must be at most 67108864 (64 MiB), got 67108865"},
 		{"bodies near MaxInt64", []string{"serve"}, []string{secret, "SHEBA_HTTP_MAX_BODY_BYTES=9223372036854775807"}, 2,
 			"http.max_body_bytes (SHEBA_HTTP_MAX_BODY_BYTES): must be at most 67108864 (64 MiB)"},
+		{"public method that is none", []string{"config", "check", "--config", unknownPublic}, []string{secret}, 2,
+			`auth.public[1]: "/grpc.health.v1.Health/Check" is not a method of sheba`},
+		{"public method that is none, serve", []string{"serve"}, []string{secret, `SHEBA_AUTH_PUBLIC=["/sheba.v1.PingService/NoSuchMethod"]`}, 2,
+			`auth.public[0] (SHEBA_AUTH_PUBLIC): "/sheba.v1.PingService/NoSuchMethod" is not a method of sheba`},
+		{"hook method that is none", []string{"config", "check", "--config", unknownHook}, []string{secret}, 2,
+			`hook.methods[0]: "/sheba.v1.AccountService/Logout" is not a method of sheba`},
+		{"public policy changed", []string{"config", "check"}, []string{secret, `SHEBA_AUTH_PUBLIC=["/sheba.v1.AccountService/Login"]`}, 0,
+			"warning: auth.public makes public /sheba.v1.AccountService/Login, which need a key by the API's policy; and makes /sheba.v1.PingService/Ping"},
 	} {
 		t.Run(test.name, func(t *testing.T) {
 			cmd := exec.Command(bin, test.args...)

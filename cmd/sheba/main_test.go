@@ -118,7 +118,7 @@ func TestUsageErrors(t *testing.T) {
 		{"no database", nil, []string{"migrate", "status"}, "database.url"},
 		{"bad redis url", map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/db", "SHEBA_REDIS_URL": "http://:hunter2@cache"}, []string{"serve"}, "redis.url (SHEBA_REDIS_URL)"},
 		{"min above max", map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/db", "SHEBA_LIMITS_ADAPTIVE": "true", "SHEBA_LIMITS_MAX_INFLIGHT": "4"}, []string{"serve"}, "limits.min_inflight"},
-		{"hook method that is none", map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/db", "SHEBA_HOOK_METHODS": `["/sheba.v1.PingService/Pong"]`}, []string{"serve"}, "hook.methods[0] (SHEBA_HOOK_METHODS)"},
+		{"hook method that is none", map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/db", "SHEBA_HOOK_METHODS": `["/sheba.v1.PingService/NoSuchMethod"]`}, []string{"serve"}, "hook.methods[0] (SHEBA_HOOK_METHODS)"},
 		{"hook header with the key", map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/db", "SHEBA_HOOK_HEADERS": `["grpc-metadata-authorization"]`}, []string{"serve"}, "hook.headers[0] (SHEBA_HOOK_HEADERS)"},
 		{"tls certificate missing", map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/db", "SHEBA_TLS_CERT_FILE": dir + "/none.crt", "SHEBA_TLS_KEY_FILE": dir + "/none.key"}, []string{"serve"}, "tls.cert_file (SHEBA_TLS_CERT_FILE)"},
 		{"tls certificate not PEM", map[string]string{"DATABASE_URL": "postgres://x@127.0.0.1/db", "SHEBA_TLS_CERT_FILE": badFile, "SHEBA_TLS_KEY_FILE": badFile}, []string{"config", "check"}, "tls.cert_file (SHEBA_TLS_CERT_FILE)"},

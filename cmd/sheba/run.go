@@ -93,15 +93,12 @@ func parseFlags(fs *flag.FlagSet, args []string, maxArgs int) error {
 func noArgs(fs *flag.FlagSet, args []string) error { return parseFlags(fs, args, 0) }
 
 // configError is the usage error (exit 2) of a problem the assembly finds
-// in a config key that config cannot check (the files of tls, the names of
-// hook.methods), naming the variable as config.Load does when the value
-// came from the environment.
+// in a config key that config cannot check (the files of tls), naming the
+// variable as config.Load does when the value came from the environment.
 func configError(err error, lookup func(string) (string, bool)) error {
 	if e, ok := errors.AsType[*config.Error](err); ok && e.Env == "" {
-		// "tls.key_file" is SHEBA_TLS_KEY_FILE, "hook.methods[1]" is
-		// SHEBA_HOOK_METHODS, as config derives them.
-		key, _, _ := strings.Cut(e.Key, "[")
-		env := "SHEBA_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
+		// "tls.key_file" is SHEBA_TLS_KEY_FILE, as config derives it.
+		env := "SHEBA_" + strings.ToUpper(strings.ReplaceAll(e.Key, ".", "_"))
 		if v, _ := lookup(env); v != "" {
 			e.Env = env
 		}
@@ -119,9 +116,6 @@ func loadConfig(path string, lookup func(string) (string, bool)) (config.Config,
 	cfg, err := config.Load(path, lookup)
 	if err != nil {
 		return config.Config{}, usagef("config: %v", err)
-	}
-	if err := app.CheckHookMethods(cfg.Hook.Methods); err != nil {
-		return config.Config{}, configError(err, lookup)
 	}
 	return cfg, nil
 }

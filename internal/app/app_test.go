@@ -20,6 +20,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/shebasvc/sheba/config"
+	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/store/storetest"
 )
 
@@ -76,6 +77,7 @@ func TestNewLogsWarnings(t *testing.T) {
 	cfg := config.Default()
 	cfg.Database.URL = storetest.UnreachableURL(t)
 	cfg.Shutdown.DrainDelay, cfg.Shutdown.Timeout = 20*time.Second, 25*time.Second
+	cfg.Auth.Public = []string{shebav1.AccountService_Login_FullMethodName}
 	var logs bytes.Buffer
 	a, err := New(t.Context(), cfg, slog.New(slog.NewJSONHandler(&logs, nil)))
 	if err != nil {
@@ -95,8 +97,9 @@ func TestNewLogsWarnings(t *testing.T) {
 	if diff := cmp.Diff(cfg.Warnings(), warned); diff != "" {
 		t.Errorf("warnings logged (-want +got):\n%s", diff)
 	}
-	if len(warned) != 2 || !strings.Contains(warned[0], "shutdown.timeout (25s)") {
-		t.Errorf("got warnings %q, want the shutdown bound's and the paging secret's", warned)
+	if len(warned) != 3 || !strings.Contains(warned[0], "shutdown.timeout (25s)") ||
+		!strings.Contains(warned[2], "auth.public makes public /sheba.v1.AccountService/Login") {
+		t.Errorf("got warnings %q, want the shutdown bound's, the paging secret's and auth.public's", warned)
 	}
 }
 
@@ -126,23 +129,6 @@ func TestPoolBackstops(t *testing.T) {
 				t.Errorf("%s: got %q, %v; want 3s", setting, got, err)
 			}
 		}
-	}
-}
-
-// TestHookUnknownMethod: a hook.methods entry that names no method of sheba
-// stops the start, rather than leaving the hook out of calls it was meant
-// for.
-func TestHookUnknownMethod(t *testing.T) {
-	cfg := config.Default()
-	cfg.Database.URL = "postgres://127.0.0.1:1/none"
-	cfg.Hook.URL = "http://127.0.0.1:1/check"
-	cfg.Hook.Methods = []string{"/sheba.v1.PingService/Ping", "/sheba.v1.SubscriptionService/CreateSubscriptions"}
-	if err := cfg.Validate(); err != nil {
-		t.Fatalf("config: %v", err)
-	}
-	_, err := New(t.Context(), cfg, slog.New(slog.DiscardHandler))
-	if err == nil || !strings.Contains(err.Error(), `hook.methods[1]: "/sheba.v1.SubscriptionService/CreateSubscriptions" is not a method of sheba`) {
-		t.Errorf("got %v, want an error naming hook.methods[1]", err)
 	}
 }
 

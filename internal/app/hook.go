@@ -13,7 +13,6 @@ import (
 
 	"github.com/shebasvc/sheba/config"
 	"github.com/shebasvc/sheba/interceptors/hook"
-	"github.com/shebasvc/sheba/server"
 )
 
 // newHook builds the external hook's link of the chain from the hook
@@ -24,9 +23,6 @@ import (
 func newHook(c config.Hook, validate func(context.Context, proto.Message) error, log *slog.Logger, tp trace.TracerProvider, reg prometheus.Registerer) (grpc.UnaryServerInterceptor, hook.Client, error) {
 	if c.URL == "" {
 		return nil, nil, nil
-	}
-	if err := CheckHookMethods(c.Methods); err != nil {
-		return nil, nil, err
 	}
 	var client hook.Client
 	var err error
@@ -62,21 +58,4 @@ func newHook(c config.Hook, validate func(context.Context, proto.Message) error,
 		hook.WithTracerProvider(tp),
 		hook.WithLogger(log),
 	), client, nil
-}
-
-// CheckHookMethods checks that every hook.methods entry names a method of
-// sheba: a name that is none would leave the hook out of the calls it was
-// meant for, without a word. config checks the names' form; only the
-// assembly knows the methods.
-func CheckHookMethods(methods []string) error {
-	known := map[string]bool{}
-	for _, m := range server.Methods() {
-		known[m] = true
-	}
-	for i, m := range methods {
-		if !known[m] {
-			return &config.Error{Key: fmt.Sprintf("hook.methods[%d]", i), Msg: fmt.Sprintf("%q is not a method of sheba (docs/api.md)", m)}
-		}
-	}
-	return nil
 }

@@ -17,15 +17,14 @@ import (
 	"connectrpc.com/connect"
 	"connectrpc.com/vanguard"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/shebasvc/sheba/codec/protobound"
+	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/interceptors/reason"
 	"github.com/shebasvc/sheba/interceptors/retryafter"
 )
@@ -163,26 +162,22 @@ type browser struct {
 	gw *runtime.ServeMux
 }
 
-// newBrowser returns the handler of the browser protocols for the services
-// of descs, served by srv (a grpc.Server's ServeHTTP).
-func newBrowser(srv http.Handler, descs []*grpc.ServiceDesc, o Options, slots *bodySlots, gw *runtime.ServeMux) (*browser, error) {
+// newBrowser returns the handler of the browser protocols for services,
+// served by srv (a grpc.Server's ServeHTTP).
+func newBrowser(srv http.Handler, services []*shebav1.ServiceTable, o Options, slots *bodySlots, gw *runtime.ServeMux) (*browser, error) {
 	maxMessage := o.MaxBodyBytes
 	if o.MaxMessageBytes > 0 {
 		maxMessage = min(maxMessage, o.MaxMessageBytes)
 	}
-	services := make([]*vanguard.Service, len(descs))
+	vservices := make([]*vanguard.Service, len(services))
 	methods := map[string]protoreflect.MessageType{}
-	for i, d := range descs {
-		services[i] = vanguard.NewService(d.ServiceName, srv)
-		for _, m := range d.Methods {
-			in, err := inputType(d.ServiceName, m.MethodName)
-			if err != nil {
-				return nil, fmt.Errorf("gateway: browser protocols: %w", err)
-			}
-			methods["/"+d.ServiceName+"/"+m.MethodName] = in
+	for i, svc := range services {
+		vservices[i] = vanguard.NewService(svc.Name, srv)
+		for _, m := range svc.Methods {
+			methods[m.FullName] = m.NewRequest().ProtoReflect().Type()
 		}
 	}
-	t, err := vanguard.NewTranscoder(services,
+	t, err := vanguard.NewTranscoder(vservices,
 		vanguard.WithDefaultServiceOptions(
 			vanguard.WithTargetProtocols(vanguard.ProtocolGRPC),
 			vanguard.WithTargetCodecs(vanguard.CodecProto),
@@ -224,24 +219,6 @@ const maxAnswerBytes = 4 << 20
 // most maxBodyLimit (New), which a uint32 holds.
 func bufferBytes(maxBody int64) uint32 {
 	return uint32(max(maxBody, maxAnswerBytes))
-}
-
-// inputType returns the type of the request message of a method, from the
-// registry the generated code fills.
-func inputType(service, method string) (protoreflect.MessageType, error) {
-	d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(service))
-	if err != nil {
-		return nil, err
-	}
-	sd, ok := d.(protoreflect.ServiceDescriptor)
-	if !ok {
-		return nil, fmt.Errorf("%s is not a service", service)
-	}
-	md := sd.Methods().ByName(protoreflect.Name(method))
-	if md == nil {
-		return nil, fmt.Errorf("%s has no method %s", service, method)
-	}
-	return protoregistry.GlobalTypes.FindMessageByName(md.Input().FullName())
 }
 
 func (b *browser) ServeHTTP(w http.ResponseWriter, r *http.Request) {

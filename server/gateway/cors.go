@@ -2,9 +2,12 @@ package gateway
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/rs/cors"
+
+	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 )
 
 // CORS (docs/browser.md#cors), by rs/cors: the pages of the configured
@@ -15,8 +18,19 @@ import (
 // client certificates are not asked for (AllowCredentials off): a browser
 // client sends its key in a header.
 
-// corsMethods are the methods of the REST routes and the browser protocols.
-var corsMethods = []string{http.MethodGet, http.MethodPost, http.MethodDelete}
+// corsMethods returns the methods of the REST routes of services (their
+// option (google.api.http)) and of the browser protocols (Connect and
+// gRPC-Web call with POST), each once, sorted.
+func corsMethods(services []*shebav1.ServiceTable) []string {
+	methods := []string{http.MethodPost}
+	for _, svc := range services {
+		for _, m := range svc.Methods {
+			methods = append(methods, m.HTTP.Method)
+		}
+	}
+	slices.Sort(methods)
+	return slices.Compact(methods)
+}
 
 // corsRequestHeaders are the headers a client may send: those of Connect and
 // gRPC-Web clients (connect-es, grpc-web), the API key, sheba's own, the
@@ -47,14 +61,14 @@ var corsExposedHeaders = []string{
 const corsMaxAge = 7200
 
 // withCORS returns h granting CORS to origins ("*": all) on the API's paths
-// (corsPath); with none, h as it is.
-func withCORS(h http.Handler, origins []string) http.Handler {
+// (corsPath), for the methods of services; with no origin, h as it is.
+func withCORS(h http.Handler, origins []string, services []*shebav1.ServiceTable) http.Handler {
 	if len(origins) == 0 {
 		return h
 	}
 	granted := cors.New(cors.Options{
 		AllowedOrigins: origins,
-		AllowedMethods: corsMethods,
+		AllowedMethods: corsMethods(services),
 		AllowedHeaders: corsRequestHeaders,
 		ExposedHeaders: corsExposedHeaders,
 		MaxAge:         corsMaxAge,

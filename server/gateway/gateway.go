@@ -12,14 +12,12 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	lru "github.com/hashicorp/golang-lru/v2"
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/shebasvc/sheba/codec/cborpb"
 	"github.com/shebasvc/sheba/codec/httpcompress"
 	"github.com/shebasvc/sheba/codec/protobound"
-	"github.com/shebasvc/sheba/gen/openapiv2"
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/interceptors/reason"
 )
@@ -93,30 +91,9 @@ func New(ctx context.Context, conn *Channel, o Options) (http.Handler, error) {
 	if o.MaxBodyBytes < 1 || o.MaxBodyBytes > maxBodyLimit {
 		return nil, fmt.Errorf("gateway: MaxBodyBytes %d is not from 1 to %d (64 MiB)", o.MaxBodyBytes, maxBodyLimit)
 	}
-	// The services of the REST routes, each with its registration on the
-	// mux.
-	services := []struct {
-		desc     *grpc.ServiceDesc
-		register func(*runtime.ServeMux) error
-	}{
-		{&shebav1.PingService_ServiceDesc, func(gw *runtime.ServeMux) error {
-			return shebav1.RegisterPingServiceHandlerClient(ctx, gw, shebav1.NewPingServiceClient(conn))
-		}},
-		{&shebav1.AccountService_ServiceDesc, func(gw *runtime.ServeMux) error {
-			return shebav1.RegisterAccountServiceHandlerClient(ctx, gw, shebav1.NewAccountServiceClient(conn))
-		}},
-		{&shebav1.SubscriptionService_ServiceDesc, func(gw *runtime.ServeMux) error {
-			return shebav1.RegisterSubscriptionServiceHandlerClient(ctx, gw, shebav1.NewSubscriptionServiceClient(conn))
-		}},
-		{&shebav1.WebhookService_ServiceDesc, func(gw *runtime.ServeMux) error {
-			return shebav1.RegisterWebhookServiceHandlerClient(ctx, gw, shebav1.NewWebhookServiceClient(conn))
-		}},
-	}
-	descs := make([]*grpc.ServiceDesc, len(services))
-	for i, svc := range services {
-		descs[i] = svc.desc
-	}
-	routes, err := newRouteTable(openapiv2.Document, descs...)
+	// Every service of the method table has its REST routes.
+	services := shebav1.Services
+	routes, err := newRouteTable(services)
 	if err != nil {
 		return nil, err
 	}
@@ -173,11 +150,11 @@ func New(ctx context.Context, conn *Channel, o Options) (http.Handler, error) {
 	for _, svc := range services {
 		own := runtime.NewServeMux(ownOpts...)
 		for _, m := range []*runtime.ServeMux{gw, own} {
-			if err := svc.register(m); err != nil {
+			if err := svc.RegisterGateway(ctx, m, conn); err != nil {
 				return nil, fmt.Errorf("register gateway handler: %w", err)
 			}
 		}
-		byService["/"+svc.desc.ServiceName] = own
+		byService["/"+svc.Name] = own
 	}
 
 	// The mux, with the 405s it cannot tell (routes.go) answered before
@@ -246,7 +223,7 @@ func New(ctx context.Context, conn *Channel, o Options) (http.Handler, error) {
 	if o.GRPC != nil {
 		// The browser protocols' spans are the grpc.Server's, as their
 		// calls are its own.
-		b, err := newBrowser(o.GRPC, descs, o, slots, gw)
+		b, err := newBrowser(o.GRPC, services, o, slots, gw)
 		if err != nil {
 			return nil, err
 		}
@@ -260,7 +237,7 @@ func New(ctx context.Context, conn *Channel, o Options) (http.Handler, error) {
 		})
 	}
 	// Outermost: a preflight is answered before any key or limit.
-	return withCORS(h, o.AllowedOrigins), nil
+	return withCORS(h, o.AllowedOrigins, services), nil
 }
 
 // newCodec returns next behind the request decompression and answer

@@ -2,30 +2,35 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 
 	"github.com/shebasvc/sheba/interceptors/reason"
 )
 
-// routeTable knows the REST routes, read from the generated OpenAPI
-// document: the methods of every path, to answer 405 with an Allow header
-// (the gateway knows that a path exists under another method but does not
-// say which), and the gRPC method of each route, for the key check that
-// comes before the body is read (keycheck.go).
+// routeTable knows the REST routes, read from the method table (each
+// method's option (google.api.http), from which grpc-gateway's handlers
+// are generated too): the methods of every path, to answer 405 with an
+// Allow header (the gateway knows that a path exists under another method
+// but does not say which), and the gRPC method of each route, for the key
+// check that comes before the body is read (keycheck.go).
 type routeTable struct {
 	routes []route
 }
 
 type route struct {
-	template string   // as in the OpenAPI document: /v1/accounts/{accountId}
+	// template is the path template as the OpenAPI document writes it,
+	// the variables by their JSON names: /v1/accounts/{accountId}. It
+	// names the route in spans (tracing.go).
+	template string
 	segments []string // "{name}" matches any one segment
 	// verb ends the path (":rotateSecret" of
 	// /v1/webhookEndpoints/{endpointId}:rotateSecret), after the last
@@ -35,56 +40,86 @@ type route struct {
 	rpc    string // the full gRPC method: /sheba.v1.AccountService/GetAccount
 }
 
-// newRouteTable reads the routes of doc, each the operation of one method
-// of services. grpc-gateway names the gRPC method of a route
-// (runtime.RPCMethod) only inside its mux, after it has matched the route
-// and right before it decodes the body; the key check must know it
-// earlier, before the guards that answer for the body (415, 413) and the
-// body slots. The route table of the 405s already holds every route, and
-// protoc-gen-openapiv2 names each operation Service_Method (its default
-// operation ids), so the services' descriptions turn the name into the
-// full method: no second list of routes to keep. An operation of no known
-// method is an error here, and a test checks every route against the
-// method the mux calls (TestRouteMethods).
-func newRouteTable(doc string, services ...*grpc.ServiceDesc) (*routeTable, error) {
-	var d struct {
-		Paths map[string]map[string]struct {
-			OperationID string `json:"operationId"`
-		} `json:"paths"`
-	}
-	if err := json.Unmarshal([]byte(doc), &d); err != nil {
-		return nil, fmt.Errorf("read OpenAPI document: %w", err)
-	}
-	rpcs := map[string]string{}
-	for _, svc := range services {
-		short := svc.ServiceName[strings.LastIndex(svc.ServiceName, ".")+1:]
-		for _, m := range svc.Methods {
-			rpcs[short+"_"+m.MethodName] = "/" + svc.ServiceName + "/" + m.MethodName
-		}
-	}
+// newRouteTable reads the routes of every method of services.
+// grpc-gateway names the gRPC method of a route (runtime.RPCMethod) only
+// inside its mux, after it has matched the route and right before it
+// decodes the body; the key check must know it earlier, before the guards
+// that answer for the body (415, 413) and the body slots. The method table
+// holds both, so there is no second list of routes to keep; a test checks
+// every route against the method the mux calls (TestRouteMethods), and the
+// OpenAPI document against the table (TestOpenAPIDocumentHasEveryRoute). A
+// path template of more than literals and single-segment variables
+// ({name=a/*}, *, **) is an error here: routes.matches would not match it
+// as the mux does.
+func newRouteTable(services []*shebav1.ServiceTable) (*routeTable, error) {
 	t := &routeTable{}
-	for path, ops := range d.Paths {
-		for method, op := range ops {
-			rpc, ok := rpcs[op.OperationID]
-			if !ok {
-				return nil, fmt.Errorf("OpenAPI document: %s %s: operation %q is no method of the services", strings.ToUpper(method), path, op.OperationID)
+	for _, svc := range services {
+		for _, m := range svc.Methods {
+			rt, err := newRoute(m)
+			if err != nil {
+				return nil, fmt.Errorf("gateway: route of %s: %w", m.FullName, err)
 			}
-			segments := strings.Split(strings.Trim(path, "/"), "/")
-			last := segments[len(segments)-1]
-			var verb string
-			if i := strings.LastIndexByte(last, ':'); i > 0 && !strings.Contains(last[i:], "}") {
-				segments[len(segments)-1], verb = last[:i], last[i:]
-			}
-			t.routes = append(t.routes, route{
-				template: path,
-				segments: segments,
-				verb:     verb,
-				method:   strings.ToUpper(method),
-				rpc:      rpc,
-			})
+			t.routes = append(t.routes, rt)
 		}
 	}
 	return t, nil
+}
+
+// newRoute is the route of m.
+func newRoute(m shebav1.MethodTable) (route, error) {
+	path, ok := strings.CutPrefix(m.HTTP.Path, "/")
+	if !ok {
+		return route{}, fmt.Errorf("path template %q does not begin with /", m.HTTP.Path)
+	}
+	segments := strings.Split(path, "/")
+	last := segments[len(segments)-1]
+	var verb string
+	if i := strings.LastIndexByte(last, ':'); i > 0 && !strings.Contains(last[i:], "}") {
+		segments[len(segments)-1], verb = last[:i], last[i:]
+	}
+	request := m.NewRequest().ProtoReflect().Descriptor()
+	for i, seg := range segments {
+		name, isVar := strings.CutPrefix(seg, "{")
+		if isVar {
+			name, isVar = strings.CutSuffix(name, "}")
+		}
+		if !isVar {
+			if seg == "" || strings.ContainsAny(seg, "{}*=") {
+				return route{}, fmt.Errorf("path template %q: segment %q is not a literal nor a {field}", m.HTTP.Path, seg)
+			}
+			continue
+		}
+		json, err := jsonFieldPath(request, name)
+		if err != nil {
+			return route{}, fmt.Errorf("path template %q: %w", m.HTTP.Path, err)
+		}
+		segments[i] = "{" + json + "}"
+	}
+	return route{
+		template: "/" + strings.Join(segments, "/") + verb,
+		segments: segments,
+		verb:     verb,
+		method:   m.HTTP.Method,
+		rpc:      m.FullName,
+	}, nil
+}
+
+// jsonFieldPath returns path, a field path of md (account_id, or
+// subscription.account_id), with each field by its JSON name, as
+// protoc-gen-openapiv2 writes it (json_names_for_fields).
+func jsonFieldPath(md protoreflect.MessageDescriptor, path string) (string, error) {
+	parts := strings.Split(path, ".")
+	for i, part := range parts {
+		if md == nil {
+			return "", fmt.Errorf("variable {%s}: %s is not a message", path, strings.Join(parts[:i], "."))
+		}
+		fd := md.Fields().ByName(protoreflect.Name(part))
+		if fd == nil {
+			return "", fmt.Errorf("variable {%s}: %s has no field %q (only {field} variables are supported)", path, md.FullName(), part)
+		}
+		parts[i], md = fd.JSONName(), fd.Message()
+	}
+	return strings.Join(parts, "."), nil
 }
 
 // A path that a route with a verb matches is that route's path, under any

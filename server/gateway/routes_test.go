@@ -2,8 +2,12 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -12,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/shebasvc/sheba/gen/openapiv2"
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
@@ -34,23 +39,31 @@ func newRecordingConn() *recordingConn {
 		c.md, _ = metadata.FromIncomingContext(ctx)
 		return nil, status.Error(codes.NotFound, "recorded")
 	})
-	for _, desc := range restServices {
-		c.RegisterService(desc, nil)
+	for _, svc := range shebav1.Services {
+		c.RegisterService(svc.Desc, nil)
 	}
 	return c
 }
 
-// restServices are the services of the REST routes.
-var restServices = []*grpc.ServiceDesc{&shebav1.PingService_ServiceDesc, &shebav1.AccountService_ServiceDesc,
-	&shebav1.SubscriptionService_ServiceDesc, &shebav1.WebhookService_ServiceDesc}
-
-// TestRouteMethods checks that the route table names, for every route, the
-// gRPC method grpc-gateway's mux calls for it: the key check decides by that
-// name before the mux has run.
+// TestRouteMethods checks that every method of the method table has a
+// route, and that the route table names, for every route, the gRPC method
+// grpc-gateway's mux calls for it: the key check decides by that name
+// before the mux has run.
 func TestRouteMethods(t *testing.T) {
-	routes, err := newRouteTable(openapiv2.Document, restServices...)
+	routes, err := newRouteTable(shebav1.Services)
 	if err != nil {
 		t.Fatal(err)
+	}
+	routed := map[string]bool{}
+	for _, rt := range routes.routes {
+		routed[rt.rpc] = true
+	}
+	for _, svc := range shebav1.Services {
+		for _, m := range svc.Methods {
+			if !routed[m.FullName] {
+				t.Errorf("%s: no REST route", m.FullName)
+			}
+		}
 	}
 	conn := newRecordingConn()
 	h, err := New(t.Context(), conn.Channel, Options{MaxBodyBytes: 1 << 20, MaxConcurrentBodies: 1, Authenticator: apikey.New(nil, nil)})
@@ -101,12 +114,110 @@ func TestRouteMethods(t *testing.T) {
 	}
 }
 
-// TestRouteTableRefusesUnknownOperations checks that an operation of no
-// known method stops the gateway from starting, rather than leaving a route
-// that the key check cannot place.
-func TestRouteTableRefusesUnknownOperations(t *testing.T) {
-	if _, err := newRouteTable(openapiv2.Document, &shebav1.PingService_ServiceDesc); err == nil {
-		t.Error("got nil error for a document with operations of services not given")
+// TestRouteTemplates checks the templates the route table takes from the
+// HTTP rules: each variable by its JSON name, as the OpenAPI document and
+// the spans name it; and a template the table cannot match as the mux
+// does stops the gateway from starting, rather than leaving a route that
+// the key check cannot place.
+func TestRouteTemplates(t *testing.T) {
+	method := func(path string) shebav1.MethodTable {
+		return shebav1.MethodTable{
+			FullName:   shebav1.SubscriptionService_CancelSubscription_FullMethodName,
+			NewRequest: func() proto.Message { return new(shebav1.CancelSubscriptionRequest) },
+			HTTP:       shebav1.HTTPRule{Method: http.MethodPost, Path: path},
+		}
+	}
+	rt, err := newRoute(method("/v1/accounts/{account_id}/subscription:cancel"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "/v1/accounts/{accountId}/subscription:cancel"; rt.template != want || rt.verb != ":cancel" {
+		t.Errorf("got template %q, verb %q; want %q, \":cancel\"", rt.template, rt.verb, want)
+	}
+	for _, path := range []string{
+		"v1/accounts",
+		"/v1/accounts/{name=accounts/*}",
+		"/v1/accounts/*",
+		"/v1/accounts/**",
+		"/v1//accounts",
+		"/v1/accounts/{missing_field}",
+		"/v1/accounts/{account_id.nested}",
+	} {
+		if _, err := newRoute(method(path)); err == nil {
+			t.Errorf("%s: got no error", path)
+		}
+	}
+}
+
+// TestOpenAPIDocumentHasEveryRoute checks the generated OpenAPI document
+// against the routes of the method table: both come from the HTTP rules of
+// the protos, by two generators that must agree.
+func TestOpenAPIDocumentHasEveryRoute(t *testing.T) {
+	var doc struct {
+		Swagger string `json:"swagger"`
+		Paths   map[string]map[string]struct {
+			OperationID string `json:"operationId"`
+		} `json:"paths"`
+	}
+	if err := json.Unmarshal([]byte(openapiv2.Document), &doc); err != nil {
+		t.Fatalf("document is not JSON: %v", err)
+	}
+	if doc.Swagger != "2.0" {
+		t.Errorf("swagger: got %q, want 2.0", doc.Swagger)
+	}
+	var got []string
+	for path, ops := range doc.Paths {
+		for method, op := range ops {
+			got = append(got, strings.ToUpper(method)+" "+path+" "+op.OperationID)
+		}
+	}
+	slices.Sort(got)
+	var want []string
+	for _, svc := range shebav1.Services {
+		for _, m := range svc.Methods {
+			rt, err := newRoute(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// protoc-gen-openapiv2's operation ids are Service_Method.
+			want = append(want, rt.method+" "+rt.template+" "+svc.Name[strings.LastIndexByte(svc.Name, '.')+1:]+"_"+m.Name)
+		}
+	}
+	slices.Sort(want)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("routes (-table +document):\n%s", diff)
+	}
+}
+
+// TestDocsRoutes checks the route table of docs/api.md#routes against the
+// method table: a method added to the protos is said there too, with its
+// route.
+func TestDocsRoutes(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, routes, ok := strings.Cut(string(doc), "\n## Routes\n")
+	if !ok {
+		t.Fatal("docs/api.md has no Routes section")
+	}
+	routes, _, _ = strings.Cut(routes, "\n## ")
+	// | `/sheba.v1.PingService/Ping` | `GET /v1/ping` | ...
+	row := regexp.MustCompile("(?m)^\\| `(/[^`]+)` \\| `([A-Z]+) ([^`?]+)[^`]*` \\|")
+	var got []string
+	for _, m := range row.FindAllStringSubmatch(routes, -1) {
+		got = append(got, m[1]+" "+m[2]+" "+m[3])
+	}
+	var want []string
+	for _, svc := range shebav1.Services {
+		for _, m := range svc.Methods {
+			want = append(want, m.FullName+" "+m.HTTP.Method+" "+m.HTTP.Path)
+		}
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("docs/api.md#routes (-method table +docs):\n%s", diff)
 	}
 }
 

@@ -152,6 +152,13 @@ func TestMethodPolicies(t *testing.T) {
 			poolURL: func(string) string { return storetest.UnreachableURL(t) },
 		})
 		waitFor(t, 10*time.Second, "not ready", func() bool { return e.readiness(t).notReady() })
+		// Readiness is 503 from the start, before the first failed ping
+		// has told the chain that the database is down: wait for that too.
+		waitFor(t, 10*time.Second, "the database known down", func() bool {
+			err := e.conn.Invoke(t.Context(), shebav1.AccountService_GetAccount_FullMethodName,
+				policySamples[shebav1.AccountService_GetAccount_FullMethodName], new(shebav1.GetAccountResponse))
+			return status.Code(err) == codes.Unavailable
+		})
 		for _, m := range tableMethods(t) {
 			var header metadata.MD
 			err := e.conn.Invoke(t.Context(), m.FullName, policySamples[m.FullName], newResponse(t, m.FullName), grpc.Header(&header))

@@ -32,6 +32,8 @@ var policySamples = map[string]proto.Message{
 	shebav1.SubscriptionService_GetSubscription_FullMethodName:    &shebav1.GetSubscriptionRequest{AccountId: unknownID},
 	shebav1.SubscriptionService_CancelSubscription_FullMethodName: &shebav1.CancelSubscriptionRequest{AccountId: unknownID},
 	shebav1.SubscriptionService_ListSubscriptions_FullMethodName:  &shebav1.ListSubscriptionsRequest{},
+	shebav1.SubscriptionService_UpdateSubscription_FullMethodName: &shebav1.UpdateSubscriptionRequest{
+		AccountId: unknownID, Subscription: &shebav1.Subscription{Plan: "team"}},
 	shebav1.WebhookService_CreateWebhookEndpoint_FullMethodName: &shebav1.CreateWebhookEndpointRequest{
 		Url: "https://example.com/hook", EventTypes: []string{"account.created"}},
 	shebav1.WebhookService_GetWebhookEndpoint_FullMethodName:    &shebav1.GetWebhookEndpointRequest{EndpointId: unknownID},

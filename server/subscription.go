@@ -88,6 +88,46 @@ func (s *subscriptionServer) CancelSubscription(ctx context.Context, req *shebav
 	return &shebav1.CancelSubscriptionResponse{Subscription: sub}, nil
 }
 
+// EventSubscriptionUpdated is the event of a subscription whose plan
+// UpdateSubscription changed.
+const EventSubscriptionUpdated = "subscription.updated"
+
+// UpdateSubscription changes the plan of the active subscription (AIP-134).
+// Codes: InvalidArgument (an update mask naming a field of the plan),
+// NotFound, Aborted (etag mismatch: nothing changed).
+func (s *subscriptionServer) UpdateSubscription(ctx context.Context, req *shebav1.UpdateSubscriptionRequest) (*shebav1.UpdateSubscriptionResponse, error) {
+	// The mask's constraint admits "plan" and "*" and their subpaths; the
+	// plan, a string, has none. Whatever the mask, the change is the
+	// plan's: the one field that can change.
+	var v reason.Violations
+	for _, p := range req.GetUpdateMask().GetPaths() {
+		if p != "plan" && p != "*" {
+			v.Add("update_mask", reason.Quote(p)+" names no field of the plan's")
+		}
+	}
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	id := accountID(req)
+	cond := condition(ctx, req.GetSubscription().GetEtag())
+	var sub *shebav1.Subscription
+	err := s.store.InTx(ctx, func(ctx context.Context) error {
+		updated, changed, err := s.store.UpdateSubscriptionPlan(ctx, id, req.GetSubscription().GetPlan(), cond)
+		if err != nil {
+			return err
+		}
+		sub = subscriptionToProto(updated)
+		if !changed {
+			return nil
+		}
+		return s.events.Publish(ctx, EventSubscriptionUpdated, sub)
+	})
+	if err != nil {
+		return nil, s.errs.toStatus(ctx, "update subscription", err, reason.Own{NotFound: errNoSubscription})
+	}
+	return &shebav1.UpdateSubscriptionResponse{Subscription: sub}, nil
+}
+
 // ListSubscriptions returns one keyset page. Codes: InvalidArgument (a
 // page_token not issued for this listing and filter).
 func (s *subscriptionServer) ListSubscriptions(ctx context.Context, req *shebav1.ListSubscriptionsRequest) (*shebav1.ListSubscriptionsResponse, error) {

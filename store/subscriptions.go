@@ -138,6 +138,36 @@ func (s *Store) CancelSubscription(ctx context.Context, accountID string, cond e
 	return sub, nil
 }
 
+// UpdateSubscriptionPlan sets the plan of the account's active
+// subscription if cond allows its etag, and returns it with changed true
+// and its next version; a subscription that has the plan already is
+// returned as it is, with changed false (same version, same etag). It
+// returns ErrNotFound if the account has no active subscription, and
+// ErrETagMismatch (changing nothing) if cond refuses its etag; not found
+// comes first. Call it within InTx, with the change's event.
+func (s *Store) UpdateSubscriptionPlan(ctx context.Context, accountID, plan string, cond etag.Condition) (sub Subscription, changed bool, err error) {
+	err = s.InTx(ctx, func(ctx context.Context) error {
+		cur, err := s.lockActiveSubscription(ctx, accountID, cond)
+		if err != nil || cur.Plan == plan {
+			sub = cur
+			return err
+		}
+		rows, _ := s.db(ctx).Query(ctx, `
+			UPDATE subscriptions
+			SET plan = $2, version = version + 1
+			WHERE id = $1
+			RETURNING `+subscriptionColumns,
+			cur.ID, plan)
+		sub, err = pgx.CollectExactlyOneRow(rows, scanSubscription)
+		changed = err == nil
+		return err
+	})
+	if err != nil {
+		return Subscription{}, false, fmt.Errorf("update subscription of account %q: %w", accountID, translate(err))
+	}
+	return sub, changed, nil
+}
+
 // lockActiveSubscription returns the account's active subscription, locked
 // until the transaction of ctx ends, if cond allows its etag: what a
 // conditional change (AIP-154) checks in its transaction before it writes.

@@ -295,6 +295,41 @@ func TestCancelSubscriptionETag(t *testing.T) {
 	}
 }
 
+// TestUpdateSubscriptionPlan changes the plan of the active subscription:
+// a new plan is a new version (and etag), the same plan changes nothing,
+// another etag refuses the change, and an account with no active
+// subscription is not found, whatever the etag.
+func TestUpdateSubscriptionPlan(t *testing.T) {
+	t.Parallel()
+	s := newStore(t)
+	ada := mustCreateAccount(t, s, "ada")
+	first, err := s.CreateSubscription(t.Context(), ada.ID, "pro")
+	if err != nil {
+		t.Fatalf("CreateSubscription: %v", err)
+	}
+	updated, changed, err := s.UpdateSubscriptionPlan(t.Context(), ada.ID, "team", etag.Condition{})
+	if err != nil || !changed || updated.Plan != "team" || updated.Version != 2 || updated.ID != first.ID || updated.Status != store.StatusActive {
+		t.Fatalf("UpdateSubscriptionPlan: got %+v, changed %v, %v; want plan team at version 2, changed", updated, changed, err)
+	}
+	same, changed, err := s.UpdateSubscriptionPlan(t.Context(), ada.ID, "team", etag.NewCondition(updated.ETag(), nil))
+	if err != nil || changed || cmp.Diff(updated, same) != "" {
+		t.Errorf("the same plan again: got %+v, changed %v, %v; want %+v unchanged", same, changed, err, updated)
+	}
+	for _, cond := range []etag.Condition{etag.NewCondition(first.ETag(), nil), etag.NewCondition("", []string{`W/"` + updated.ETag() + `"`})} {
+		if _, _, err := s.UpdateSubscriptionPlan(t.Context(), ada.ID, "solo", cond); !errors.Is(err, store.ErrETagMismatch) {
+			t.Errorf("under %+v: got %v, want ErrETagMismatch", cond, err)
+		}
+	}
+	active, err := s.GetActiveSubscription(t.Context(), ada.ID)
+	if err != nil || cmp.Diff(updated, active) != "" {
+		t.Errorf("after the refused changes: got %+v, %v; want %+v", active, err, updated)
+	}
+	bob := mustCreateAccount(t, s, "bob")
+	if _, _, err := s.UpdateSubscriptionPlan(t.Context(), bob.ID, "solo", etag.NewCondition(first.ETag(), nil)); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("no active subscription: got %v, want ErrNotFound", err)
+	}
+}
+
 // TestCancelSubscriptionETagConcurrent races conditional cancels of one
 // subscription under its etag: the row lock lets one win, and the others
 // find no active subscription.

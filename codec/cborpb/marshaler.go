@@ -136,6 +136,18 @@ func (m *Marshaler) Unmarshal(data []byte, v any) error {
 	}
 	msg, ok := v.(proto.Message)
 	if !ok {
+		// grpc-gateway decodes a body that is one message field of the
+		// request (an HTTP rule's body: "subscription") into a pointer to
+		// that field: a pointer to a message pointer, which JSONPb takes
+		// too.
+		if rv := reflect.ValueOf(v); rv.Kind() == reflect.Pointer && !rv.IsNil() && rv.Elem().Kind() == reflect.Pointer {
+			if _, isMessage := rv.Elem().Interface().(proto.Message); isMessage {
+				if rv.Elem().IsNil() {
+					rv.Elem().Set(reflect.New(rv.Elem().Type().Elem()))
+				}
+				return m.Unmarshal(data, rv.Elem().Interface())
+			}
+		}
 		return dm.Unmarshal(data, v)
 	}
 	var tree any

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/testing/protocmp"
+	"google.golang.org/protobuf/types/descriptorpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/shebasvc/sheba/codec/cborpb"
@@ -699,5 +700,32 @@ func TestDecodeLimits(t *testing.T) {
 	bad := &cborpb.Marshaler{Limits: cborpb.DecodeLimits{MaxArrayElements: 1}}
 	if err := bad.Unmarshal(enc(t, map[string]any{}), &got); err == nil {
 		t.Error("invalid limits: Unmarshal succeeded, want an error")
+	}
+}
+
+// TestUnmarshalMessageField checks a decode into a pointer to a message
+// pointer, what grpc-gateway hands the decoder for an HTTP rule whose
+// body is one message field of the request: the message is made and
+// decoded by the protobuf mapping (enums by name), as JSONPb does.
+func TestUnmarshalMessageField(t *testing.T) {
+	data, err := cbor.Marshal(map[string]any{"name": "plan", "type": "TYPE_STRING", "jsonName": "plan"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var field *descriptorpb.FieldDescriptorProto
+	if err := (&cborpb.Marshaler{}).NewDecoder(bytes.NewReader(data)).Decode(&field); err != nil {
+		t.Fatalf("Decode: %v", err)
+	}
+	want := &descriptorpb.FieldDescriptorProto{Name: proto.String("plan"), Type: descriptorpb.FieldDescriptorProto_TYPE_STRING.Enum(), JsonName: proto.String("plan")}
+	if diff := cmp.Diff(want, field, protocmp.Transform()); diff != "" {
+		t.Errorf("decoded (-want +got):\n%s", diff)
+	}
+	status, err := cbor.Marshal(map[string]any{"code": 3, "message": "m", "details": []any{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &spb.Status{Message: "old"}
+	if err := (&cborpb.Marshaler{}).Unmarshal(status, &st); err != nil || st.GetCode() != 3 || st.GetMessage() != "m" {
+		t.Errorf("into a set pointer: got %v, %v; want code 3, message m", st, err)
 	}
 }

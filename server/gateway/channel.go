@@ -10,6 +10,8 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+
+	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 )
 
 // Channel is the gateway's connection to the services: a
@@ -33,6 +35,9 @@ type Channel struct {
 type inprocMethod struct {
 	impl    any
 	handler grpc.MethodHandler
+	// mask infers the update mask of a PATCH that names none
+	// (patchmask.go); nil for the other methods.
+	mask *maskInference
 }
 
 // NewChannel returns a Channel whose calls pass interceptor (the chain)
@@ -46,8 +51,17 @@ func NewChannel(interceptor grpc.UnaryServerInterceptor) *Channel {
 // RegisterService registers the unary methods of impl. It is not safe to
 // call once calls have started.
 func (c *Channel) RegisterService(desc *grpc.ServiceDesc, impl any) {
+	inferences := map[string]*maskInference{}
+	for _, svc := range shebav1.Services {
+		if svc.Name == desc.ServiceName {
+			for _, m := range svc.Methods {
+				inferences[m.FullName] = newMaskInference(m)
+			}
+		}
+	}
 	for _, m := range desc.Methods {
-		c.methods["/"+desc.ServiceName+"/"+m.MethodName] = inprocMethod{impl: impl, handler: m.Handler}
+		full := "/" + desc.ServiceName + "/" + m.MethodName
+		c.methods[full] = inprocMethod{impl: impl, handler: m.Handler, mask: inferences[full]}
 	}
 }
 
@@ -73,6 +87,9 @@ func (c *Channel) Invoke(ctx context.Context, method string, req, resp any, opts
 	m, ok := c.methods[method]
 	if !ok {
 		return status.Errorf(codes.Unimplemented, "unknown method %s", method)
+	}
+	if m.mask != nil {
+		m.mask.infer(req.(proto.Message))
 	}
 	md, room := incomingMetadata(ctx)
 	sctx, stream := newCallContext(ctx, method, md, room)

@@ -62,7 +62,7 @@ const (
 	allocSlack     = 512 << 10
 	zstdWindow     = 8 << 20
 	fuzzMaxBody    = 64 << 10
-	fuzzRouteCount = 14
+	fuzzRouteCount = 15
 )
 
 // FuzzRESTBody sends bodies to every REST route in JSON and CBOR, plain,

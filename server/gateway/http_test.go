@@ -32,7 +32,7 @@ func TestRoutingErrors(t *testing.T) {
 		{"unknown root path", http.MethodGet, "/favicon.ico", 404, codes.NotFound, ""},
 		{"DELETE on accounts", http.MethodDelete, "/v1/accounts", 405, codes.Unimplemented, "POST"},
 		{"PUT on ping", http.MethodPut, "/v1/ping", 405, codes.Unimplemented, "GET"},
-		{"DELETE on subscription", http.MethodDelete, "/v1/accounts/" + unknownID + "/subscription", 405, codes.Unimplemented, "GET, POST"},
+		{"DELETE on subscription", http.MethodDelete, "/v1/accounts/" + unknownID + "/subscription", 405, codes.Unimplemented, "GET, PATCH, POST"},
 		{"GET on login", http.MethodGet, "/v1/accounts:login", 405, codes.Unimplemented, "POST"},
 		{"GET on cancel", http.MethodGet, "/v1/accounts/" + unknownID + "/subscription:cancel", 405, codes.Unimplemented, "POST"},
 		// The routes of the endpoint itself take the id segment of these

@@ -170,6 +170,16 @@ var SubscriptionService_Table = ServiceTable{
 			Policy: MethodPolicyTable{Public: false, Idempotent: true, Database: true, ReadOnly: false, Events: []string{"subscription.canceled"}},
 		},
 		{
+			FullName:   SubscriptionService_UpdateSubscription_FullMethodName,
+			Name:       "UpdateSubscription",
+			NewRequest: func() proto.Message { return new(UpdateSubscriptionRequest) },
+			Call: func(srv any, ctx context.Context, req any) (any, error) {
+				return srv.(SubscriptionServiceServer).UpdateSubscription(ctx, req.(*UpdateSubscriptionRequest))
+			},
+			HTTP:   HTTPRule{Method: "PATCH", Path: "/v1/accounts/{account_id}/subscription", Body: "subscription", ResponseBody: "subscription"},
+			Policy: MethodPolicyTable{Public: false, Idempotent: true, Database: true, ReadOnly: false, Events: []string{"subscription.updated"}},
+		},
+		{
 			FullName:   SubscriptionService_ListSubscriptions_FullMethodName,
 			Name:       "ListSubscriptions",
 			NewRequest: func() proto.Message { return new(ListSubscriptionsRequest) },

@@ -11,6 +11,7 @@ import (
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	fieldmaskpb "google.golang.org/protobuf/types/known/fieldmaskpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -84,7 +85,8 @@ type Subscription struct {
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// UUID of the account that holds it.
 	AccountId string `protobuf:"bytes,2,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
-	// Name of the plan: 1 to 64 characters of a-z, 0-9 and '-'.
+	// Name of the plan: 1 to 64 characters of a-z, 0-9 and '-'. The one field
+	// UpdateSubscription changes.
 	Plan string `protobuf:"bytes,3,opt,name=plan,proto3" json:"plan,omitempty"`
 	// Whether the subscription is active or canceled.
 	Status SubscriptionStatus `protobuf:"varint,4,opt,name=status,proto3,enum=sheba.v1.SubscriptionStatus" json:"status,omitempty"`
@@ -381,6 +383,123 @@ func (x *GetSubscriptionResponse) GetSubscription() *Subscription {
 	return nil
 }
 
+// UpdateSubscriptionRequest names the account whose active subscription to
+// change, and the change.
+type UpdateSubscriptionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// UUID of the account.
+	AccountId string `protobuf:"bytes,1,opt,name=account_id,json=accountId,proto3" json:"account_id,omitempty"`
+	// The subscription as it should be: its plan, and optionally its etag
+	// (AIP-154): when set, the change is made only if it is still the
+	// subscription's etag. Its output-only fields are ignored, so a client
+	// may send back what it read.
+	Subscription *Subscription `protobuf:"bytes,2,opt,name=subscription,proto3" json:"subscription,omitempty"`
+	// The fields to change: "plan", or "*" for every field that can change
+	// (the plan). Absent on gRPC: the plan. Absent on REST: the fields the
+	// body sets, but for etag and the output-only ones.
+	UpdateMask    *fieldmaskpb.FieldMask `protobuf:"bytes,3,opt,name=update_mask,json=updateMask,proto3" json:"update_mask,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateSubscriptionRequest) Reset() {
+	*x = UpdateSubscriptionRequest{}
+	mi := &file_sheba_v1_subscription_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateSubscriptionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateSubscriptionRequest) ProtoMessage() {}
+
+func (x *UpdateSubscriptionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sheba_v1_subscription_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateSubscriptionRequest.ProtoReflect.Descriptor instead.
+func (*UpdateSubscriptionRequest) Descriptor() ([]byte, []int) {
+	return file_sheba_v1_subscription_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *UpdateSubscriptionRequest) GetAccountId() string {
+	if x != nil {
+		return x.AccountId
+	}
+	return ""
+}
+
+func (x *UpdateSubscriptionRequest) GetSubscription() *Subscription {
+	if x != nil {
+		return x.Subscription
+	}
+	return nil
+}
+
+func (x *UpdateSubscriptionRequest) GetUpdateMask() *fieldmaskpb.FieldMask {
+	if x != nil {
+		return x.UpdateMask
+	}
+	return nil
+}
+
+// UpdateSubscriptionResponse holds the changed subscription. Over REST the
+// bare Subscription is the response body.
+type UpdateSubscriptionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The subscription, with its plan changed.
+	Subscription  *Subscription `protobuf:"bytes,1,opt,name=subscription,proto3" json:"subscription,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateSubscriptionResponse) Reset() {
+	*x = UpdateSubscriptionResponse{}
+	mi := &file_sheba_v1_subscription_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateSubscriptionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateSubscriptionResponse) ProtoMessage() {}
+
+func (x *UpdateSubscriptionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sheba_v1_subscription_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateSubscriptionResponse.ProtoReflect.Descriptor instead.
+func (*UpdateSubscriptionResponse) Descriptor() ([]byte, []int) {
+	return file_sheba_v1_subscription_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *UpdateSubscriptionResponse) GetSubscription() *Subscription {
+	if x != nil {
+		return x.Subscription
+	}
+	return nil
+}
+
 // CancelSubscriptionRequest names the account whose active subscription to
 // cancel.
 type CancelSubscriptionRequest struct {
@@ -400,7 +519,7 @@ type CancelSubscriptionRequest struct {
 
 func (x *CancelSubscriptionRequest) Reset() {
 	*x = CancelSubscriptionRequest{}
-	mi := &file_sheba_v1_subscription_proto_msgTypes[5]
+	mi := &file_sheba_v1_subscription_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -412,7 +531,7 @@ func (x *CancelSubscriptionRequest) String() string {
 func (*CancelSubscriptionRequest) ProtoMessage() {}
 
 func (x *CancelSubscriptionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sheba_v1_subscription_proto_msgTypes[5]
+	mi := &file_sheba_v1_subscription_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -425,7 +544,7 @@ func (x *CancelSubscriptionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelSubscriptionRequest.ProtoReflect.Descriptor instead.
 func (*CancelSubscriptionRequest) Descriptor() ([]byte, []int) {
-	return file_sheba_v1_subscription_proto_rawDescGZIP(), []int{5}
+	return file_sheba_v1_subscription_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CancelSubscriptionRequest) GetAccountId() string {
@@ -454,7 +573,7 @@ type CancelSubscriptionResponse struct {
 
 func (x *CancelSubscriptionResponse) Reset() {
 	*x = CancelSubscriptionResponse{}
-	mi := &file_sheba_v1_subscription_proto_msgTypes[6]
+	mi := &file_sheba_v1_subscription_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -466,7 +585,7 @@ func (x *CancelSubscriptionResponse) String() string {
 func (*CancelSubscriptionResponse) ProtoMessage() {}
 
 func (x *CancelSubscriptionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sheba_v1_subscription_proto_msgTypes[6]
+	mi := &file_sheba_v1_subscription_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -479,7 +598,7 @@ func (x *CancelSubscriptionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelSubscriptionResponse.ProtoReflect.Descriptor instead.
 func (*CancelSubscriptionResponse) Descriptor() ([]byte, []int) {
-	return file_sheba_v1_subscription_proto_rawDescGZIP(), []int{6}
+	return file_sheba_v1_subscription_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CancelSubscriptionResponse) GetSubscription() *Subscription {
@@ -507,7 +626,7 @@ type ListSubscriptionsRequest struct {
 
 func (x *ListSubscriptionsRequest) Reset() {
 	*x = ListSubscriptionsRequest{}
-	mi := &file_sheba_v1_subscription_proto_msgTypes[7]
+	mi := &file_sheba_v1_subscription_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -519,7 +638,7 @@ func (x *ListSubscriptionsRequest) String() string {
 func (*ListSubscriptionsRequest) ProtoMessage() {}
 
 func (x *ListSubscriptionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sheba_v1_subscription_proto_msgTypes[7]
+	mi := &file_sheba_v1_subscription_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -532,7 +651,7 @@ func (x *ListSubscriptionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubscriptionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSubscriptionsRequest) Descriptor() ([]byte, []int) {
-	return file_sheba_v1_subscription_proto_rawDescGZIP(), []int{7}
+	return file_sheba_v1_subscription_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListSubscriptionsRequest) GetPageSize() int32 {
@@ -569,7 +688,7 @@ type ListSubscriptionsResponse struct {
 
 func (x *ListSubscriptionsResponse) Reset() {
 	*x = ListSubscriptionsResponse{}
-	mi := &file_sheba_v1_subscription_proto_msgTypes[8]
+	mi := &file_sheba_v1_subscription_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -581,7 +700,7 @@ func (x *ListSubscriptionsResponse) String() string {
 func (*ListSubscriptionsResponse) ProtoMessage() {}
 
 func (x *ListSubscriptionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sheba_v1_subscription_proto_msgTypes[8]
+	mi := &file_sheba_v1_subscription_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -594,7 +713,7 @@ func (x *ListSubscriptionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubscriptionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSubscriptionsResponse) Descriptor() ([]byte, []int) {
-	return file_sheba_v1_subscription_proto_rawDescGZIP(), []int{8}
+	return file_sheba_v1_subscription_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListSubscriptionsResponse) GetSubscriptions() []*Subscription {
@@ -615,16 +734,16 @@ var File_sheba_v1_subscription_proto protoreflect.FileDescriptor
 
 const file_sheba_v1_subscription_proto_rawDesc = "" +
 	"\n" +
-	"\x1bsheba/v1/subscription.proto\x12\bsheba.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16sheba/v1/options.proto\"\x95\x02\n" +
-	"\fSubscription\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
+	"\x1bsheba/v1/subscription.proto\x12\bsheba.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16sheba/v1/options.proto\"\xc8\x02\n" +
+	"\fSubscription\x12\x13\n" +
+	"\x02id\x18\x01 \x01(\tB\x03\xe0A\x03R\x02id\x12\"\n" +
 	"\n" +
-	"account_id\x18\x02 \x01(\tR\taccountId\x12\x12\n" +
-	"\x04plan\x18\x03 \x01(\tR\x04plan\x124\n" +
-	"\x06status\x18\x04 \x01(\x0e2\x1c.sheba.v1.SubscriptionStatusR\x06status\x12;\n" +
-	"\vcreate_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"createTime\x12;\n" +
-	"\vcancel_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"account_id\x18\x02 \x01(\tB\x03\xe0A\x03R\taccountId\x12,\n" +
+	"\x04plan\x18\x03 \x01(\tB\x18\xbaH\x15r\x132\x11^[a-z0-9-]{1,64}$R\x04plan\x129\n" +
+	"\x06status\x18\x04 \x01(\x0e2\x1c.sheba.v1.SubscriptionStatusB\x03\xe0A\x03R\x06status\x12@\n" +
+	"\vcreate_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\n" +
+	"createTime\x12@\n" +
+	"\vcancel_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampB\x03\xe0A\x03R\n" +
 	"cancelTime\x12\x12\n" +
 	"\x04etag\x18\a \x01(\tR\x04etag\"r\n" +
 	"\x19CreateSubscriptionRequest\x12'\n" +
@@ -637,6 +756,14 @@ const file_sheba_v1_subscription_proto_rawDesc = "" +
 	"\n" +
 	"account_id\x18\x01 \x01(\tB\b\xbaH\x05r\x03\xb0\x01\x01R\taccountId\"U\n" +
 	"\x17GetSubscriptionResponse\x12:\n" +
+	"\fsubscription\x18\x01 \x01(\v2\x16.sheba.v1.SubscriptionR\fsubscription\"\xd6\x01\n" +
+	"\x19UpdateSubscriptionRequest\x12'\n" +
+	"\n" +
+	"account_id\x18\x01 \x01(\tB\b\xbaH\x05r\x03\xb0\x01\x01R\taccountId\x12B\n" +
+	"\fsubscription\x18\x02 \x01(\v2\x16.sheba.v1.SubscriptionB\x06\xbaH\x03\xc8\x01\x01R\fsubscription\x12L\n" +
+	"\vupdate_mask\x18\x03 \x01(\v2\x1a.google.protobuf.FieldMaskB\x0f\xbaH\f\xe2\x01\t\x12\x04plan\x12\x01*R\n" +
+	"updateMask\"X\n" +
+	"\x1aUpdateSubscriptionResponse\x12:\n" +
 	"\fsubscription\x18\x01 \x01(\v2\x16.sheba.v1.SubscriptionR\fsubscription\"X\n" +
 	"\x19CancelSubscriptionRequest\x12'\n" +
 	"\n" +
@@ -655,11 +782,12 @@ const file_sheba_v1_subscription_proto_rawDesc = "" +
 	"\x12SubscriptionStatus\x12#\n" +
 	"\x1fSUBSCRIPTION_STATUS_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aSUBSCRIPTION_STATUS_ACTIVE\x10\x01\x12 \n" +
-	"\x1cSUBSCRIPTION_STATUS_CANCELED\x10\x022\xbf\x05\n" +
+	"\x1cSUBSCRIPTION_STATUS_CANCELED\x10\x022\x8b\a\n" +
 	"\x13SubscriptionService\x12\xbe\x01\n" +
 	"\x12CreateSubscription\x12#.sheba.v1.CreateSubscriptionRequest\x1a$.sheba.v1.CreateSubscriptionResponse\"]\xc2\xf3\x18\x1a\x10\x01\x18\x01*\x14subscription.created\x82\xd3\xe4\x93\x029:\x01*b\fsubscription\"&/v1/accounts/{account_id}/subscription\x12\x9c\x01\n" +
 	"\x0fGetSubscription\x12 .sheba.v1.GetSubscriptionRequest\x1a!.sheba.v1.GetSubscriptionResponse\"D\xc2\xf3\x18\x04\x18\x01 \x01\x82\xd3\xe4\x93\x026b\fsubscription\x12&/v1/accounts/{account_id}/subscription\x12\xc6\x01\n" +
-	"\x12CancelSubscription\x12#.sheba.v1.CancelSubscriptionRequest\x1a$.sheba.v1.CancelSubscriptionResponse\"e\xc2\xf3\x18\x1b\x10\x01\x18\x01*\x15subscription.canceled\x82\xd3\xe4\x93\x02@:\x01*b\fsubscription\"-/v1/accounts/{account_id}/subscription:cancel\x12\x7f\n" +
+	"\x12CancelSubscription\x12#.sheba.v1.CancelSubscriptionRequest\x1a$.sheba.v1.CancelSubscriptionResponse\"e\xc2\xf3\x18\x1b\x10\x01\x18\x01*\x15subscription.canceled\x82\xd3\xe4\x93\x02@:\x01*b\fsubscription\"-/v1/accounts/{account_id}/subscription:cancel\x12\xc9\x01\n" +
+	"\x12UpdateSubscription\x12#.sheba.v1.UpdateSubscriptionRequest\x1a$.sheba.v1.UpdateSubscriptionResponse\"h\xc2\xf3\x18\x1a\x10\x01\x18\x01*\x14subscription.updated\x82\xd3\xe4\x93\x02D:\fsubscriptionb\fsubscription2&/v1/accounts/{account_id}/subscription\x12\x7f\n" +
 	"\x11ListSubscriptions\x12\".sheba.v1.ListSubscriptionsRequest\x1a#.sheba.v1.ListSubscriptionsResponse\"!\xc2\xf3\x18\x04\x18\x01 \x01\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/subscriptionsB0Z.github.com/shebasvc/sheba/gen/sheba/v1;shebav1b\x06proto3"
 
 var (
@@ -675,7 +803,7 @@ func file_sheba_v1_subscription_proto_rawDescGZIP() []byte {
 }
 
 var file_sheba_v1_subscription_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sheba_v1_subscription_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_sheba_v1_subscription_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_sheba_v1_subscription_proto_goTypes = []any{
 	(SubscriptionStatus)(0),            // 0: sheba.v1.SubscriptionStatus
 	(*Subscription)(nil),               // 1: sheba.v1.Subscription
@@ -683,33 +811,41 @@ var file_sheba_v1_subscription_proto_goTypes = []any{
 	(*CreateSubscriptionResponse)(nil), // 3: sheba.v1.CreateSubscriptionResponse
 	(*GetSubscriptionRequest)(nil),     // 4: sheba.v1.GetSubscriptionRequest
 	(*GetSubscriptionResponse)(nil),    // 5: sheba.v1.GetSubscriptionResponse
-	(*CancelSubscriptionRequest)(nil),  // 6: sheba.v1.CancelSubscriptionRequest
-	(*CancelSubscriptionResponse)(nil), // 7: sheba.v1.CancelSubscriptionResponse
-	(*ListSubscriptionsRequest)(nil),   // 8: sheba.v1.ListSubscriptionsRequest
-	(*ListSubscriptionsResponse)(nil),  // 9: sheba.v1.ListSubscriptionsResponse
-	(*timestamppb.Timestamp)(nil),      // 10: google.protobuf.Timestamp
+	(*UpdateSubscriptionRequest)(nil),  // 6: sheba.v1.UpdateSubscriptionRequest
+	(*UpdateSubscriptionResponse)(nil), // 7: sheba.v1.UpdateSubscriptionResponse
+	(*CancelSubscriptionRequest)(nil),  // 8: sheba.v1.CancelSubscriptionRequest
+	(*CancelSubscriptionResponse)(nil), // 9: sheba.v1.CancelSubscriptionResponse
+	(*ListSubscriptionsRequest)(nil),   // 10: sheba.v1.ListSubscriptionsRequest
+	(*ListSubscriptionsResponse)(nil),  // 11: sheba.v1.ListSubscriptionsResponse
+	(*timestamppb.Timestamp)(nil),      // 12: google.protobuf.Timestamp
+	(*fieldmaskpb.FieldMask)(nil),      // 13: google.protobuf.FieldMask
 }
 var file_sheba_v1_subscription_proto_depIdxs = []int32{
 	0,  // 0: sheba.v1.Subscription.status:type_name -> sheba.v1.SubscriptionStatus
-	10, // 1: sheba.v1.Subscription.create_time:type_name -> google.protobuf.Timestamp
-	10, // 2: sheba.v1.Subscription.cancel_time:type_name -> google.protobuf.Timestamp
+	12, // 1: sheba.v1.Subscription.create_time:type_name -> google.protobuf.Timestamp
+	12, // 2: sheba.v1.Subscription.cancel_time:type_name -> google.protobuf.Timestamp
 	1,  // 3: sheba.v1.CreateSubscriptionResponse.subscription:type_name -> sheba.v1.Subscription
 	1,  // 4: sheba.v1.GetSubscriptionResponse.subscription:type_name -> sheba.v1.Subscription
-	1,  // 5: sheba.v1.CancelSubscriptionResponse.subscription:type_name -> sheba.v1.Subscription
-	1,  // 6: sheba.v1.ListSubscriptionsResponse.subscriptions:type_name -> sheba.v1.Subscription
-	2,  // 7: sheba.v1.SubscriptionService.CreateSubscription:input_type -> sheba.v1.CreateSubscriptionRequest
-	4,  // 8: sheba.v1.SubscriptionService.GetSubscription:input_type -> sheba.v1.GetSubscriptionRequest
-	6,  // 9: sheba.v1.SubscriptionService.CancelSubscription:input_type -> sheba.v1.CancelSubscriptionRequest
-	8,  // 10: sheba.v1.SubscriptionService.ListSubscriptions:input_type -> sheba.v1.ListSubscriptionsRequest
-	3,  // 11: sheba.v1.SubscriptionService.CreateSubscription:output_type -> sheba.v1.CreateSubscriptionResponse
-	5,  // 12: sheba.v1.SubscriptionService.GetSubscription:output_type -> sheba.v1.GetSubscriptionResponse
-	7,  // 13: sheba.v1.SubscriptionService.CancelSubscription:output_type -> sheba.v1.CancelSubscriptionResponse
-	9,  // 14: sheba.v1.SubscriptionService.ListSubscriptions:output_type -> sheba.v1.ListSubscriptionsResponse
-	11, // [11:15] is the sub-list for method output_type
-	7,  // [7:11] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	1,  // 5: sheba.v1.UpdateSubscriptionRequest.subscription:type_name -> sheba.v1.Subscription
+	13, // 6: sheba.v1.UpdateSubscriptionRequest.update_mask:type_name -> google.protobuf.FieldMask
+	1,  // 7: sheba.v1.UpdateSubscriptionResponse.subscription:type_name -> sheba.v1.Subscription
+	1,  // 8: sheba.v1.CancelSubscriptionResponse.subscription:type_name -> sheba.v1.Subscription
+	1,  // 9: sheba.v1.ListSubscriptionsResponse.subscriptions:type_name -> sheba.v1.Subscription
+	2,  // 10: sheba.v1.SubscriptionService.CreateSubscription:input_type -> sheba.v1.CreateSubscriptionRequest
+	4,  // 11: sheba.v1.SubscriptionService.GetSubscription:input_type -> sheba.v1.GetSubscriptionRequest
+	8,  // 12: sheba.v1.SubscriptionService.CancelSubscription:input_type -> sheba.v1.CancelSubscriptionRequest
+	6,  // 13: sheba.v1.SubscriptionService.UpdateSubscription:input_type -> sheba.v1.UpdateSubscriptionRequest
+	10, // 14: sheba.v1.SubscriptionService.ListSubscriptions:input_type -> sheba.v1.ListSubscriptionsRequest
+	3,  // 15: sheba.v1.SubscriptionService.CreateSubscription:output_type -> sheba.v1.CreateSubscriptionResponse
+	5,  // 16: sheba.v1.SubscriptionService.GetSubscription:output_type -> sheba.v1.GetSubscriptionResponse
+	9,  // 17: sheba.v1.SubscriptionService.CancelSubscription:output_type -> sheba.v1.CancelSubscriptionResponse
+	7,  // 18: sheba.v1.SubscriptionService.UpdateSubscription:output_type -> sheba.v1.UpdateSubscriptionResponse
+	11, // 19: sheba.v1.SubscriptionService.ListSubscriptions:output_type -> sheba.v1.ListSubscriptionsResponse
+	15, // [15:20] is the sub-list for method output_type
+	10, // [10:15] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_sheba_v1_subscription_proto_init() }
@@ -724,7 +860,7 @@ func file_sheba_v1_subscription_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sheba_v1_subscription_proto_rawDesc), len(file_sheba_v1_subscription_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   9,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

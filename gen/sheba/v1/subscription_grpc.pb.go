@@ -22,6 +22,7 @@ const (
 	SubscriptionService_CreateSubscription_FullMethodName = "/sheba.v1.SubscriptionService/CreateSubscription"
 	SubscriptionService_GetSubscription_FullMethodName    = "/sheba.v1.SubscriptionService/GetSubscription"
 	SubscriptionService_CancelSubscription_FullMethodName = "/sheba.v1.SubscriptionService/CancelSubscription"
+	SubscriptionService_UpdateSubscription_FullMethodName = "/sheba.v1.SubscriptionService/UpdateSubscription"
 	SubscriptionService_ListSubscriptions_FullMethodName  = "/sheba.v1.SubscriptionService/ListSubscriptions"
 )
 
@@ -44,6 +45,13 @@ type SubscriptionServiceClient interface {
 	// ABORTED, reason ETAG_MISMATCH (409; 412 under If-Match), when an etag
 	// was given and the subscription is at another version.
 	CancelSubscription(ctx context.Context, in *CancelSubscriptionRequest, opts ...grpc.CallOption) (*CancelSubscriptionResponse, error)
+	// UpdateSubscription changes the plan of the account's active
+	// subscription (AIP-134) and returns it. Fails with NOT_FOUND (404) when
+	// none is active, and with ABORTED, reason ETAG_MISMATCH (409; 412 under
+	// If-Match), when an etag was given and the subscription is at another
+	// version. Setting the plan it already has changes nothing: same etag, no
+	// event.
+	UpdateSubscription(ctx context.Context, in *UpdateSubscriptionRequest, opts ...grpc.CallOption) (*UpdateSubscriptionResponse, error)
 	// ListSubscriptions lists the subscriptions of all accounts, canceled ones
 	// included, newest first (ties broken by id), one page at a time.
 	ListSubscriptions(ctx context.Context, in *ListSubscriptionsRequest, opts ...grpc.CallOption) (*ListSubscriptionsResponse, error)
@@ -87,6 +95,16 @@ func (c *subscriptionServiceClient) CancelSubscription(ctx context.Context, in *
 	return out, nil
 }
 
+func (c *subscriptionServiceClient) UpdateSubscription(ctx context.Context, in *UpdateSubscriptionRequest, opts ...grpc.CallOption) (*UpdateSubscriptionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateSubscriptionResponse)
+	err := c.cc.Invoke(ctx, SubscriptionService_UpdateSubscription_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *subscriptionServiceClient) ListSubscriptions(ctx context.Context, in *ListSubscriptionsRequest, opts ...grpc.CallOption) (*ListSubscriptionsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListSubscriptionsResponse)
@@ -116,6 +134,13 @@ type SubscriptionServiceServer interface {
 	// ABORTED, reason ETAG_MISMATCH (409; 412 under If-Match), when an etag
 	// was given and the subscription is at another version.
 	CancelSubscription(context.Context, *CancelSubscriptionRequest) (*CancelSubscriptionResponse, error)
+	// UpdateSubscription changes the plan of the account's active
+	// subscription (AIP-134) and returns it. Fails with NOT_FOUND (404) when
+	// none is active, and with ABORTED, reason ETAG_MISMATCH (409; 412 under
+	// If-Match), when an etag was given and the subscription is at another
+	// version. Setting the plan it already has changes nothing: same etag, no
+	// event.
+	UpdateSubscription(context.Context, *UpdateSubscriptionRequest) (*UpdateSubscriptionResponse, error)
 	// ListSubscriptions lists the subscriptions of all accounts, canceled ones
 	// included, newest first (ties broken by id), one page at a time.
 	ListSubscriptions(context.Context, *ListSubscriptionsRequest) (*ListSubscriptionsResponse, error)
@@ -137,6 +162,9 @@ func (UnimplementedSubscriptionServiceServer) GetSubscription(context.Context, *
 }
 func (UnimplementedSubscriptionServiceServer) CancelSubscription(context.Context, *CancelSubscriptionRequest) (*CancelSubscriptionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CancelSubscription not implemented")
+}
+func (UnimplementedSubscriptionServiceServer) UpdateSubscription(context.Context, *UpdateSubscriptionRequest) (*UpdateSubscriptionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateSubscription not implemented")
 }
 func (UnimplementedSubscriptionServiceServer) ListSubscriptions(context.Context, *ListSubscriptionsRequest) (*ListSubscriptionsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListSubscriptions not implemented")
@@ -216,6 +244,24 @@ func _SubscriptionService_CancelSubscription_Handler(srv interface{}, ctx contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SubscriptionService_UpdateSubscription_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateSubscriptionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SubscriptionServiceServer).UpdateSubscription(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SubscriptionService_UpdateSubscription_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SubscriptionServiceServer).UpdateSubscription(ctx, req.(*UpdateSubscriptionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _SubscriptionService_ListSubscriptions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListSubscriptionsRequest)
 	if err := dec(in); err != nil {
@@ -252,6 +298,10 @@ var SubscriptionService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CancelSubscription",
 			Handler:    _SubscriptionService_CancelSubscription_Handler,
+		},
+		{
+			MethodName: "UpdateSubscription",
+			Handler:    _SubscriptionService_UpdateSubscription_Handler,
 		},
 		{
 			MethodName: "ListSubscriptions",

@@ -143,7 +143,7 @@ type WebhookEndpoint struct {
 	// The http or https URL events are POSTed to.
 	Url string `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
 	// The event types the endpoint receives: account.created,
-	// subscription.created, subscription.canceled.
+	// subscription.created, subscription.updated, subscription.canceled.
 	EventTypes []string `protobuf:"bytes,3,rep,name=event_types,json=eventTypes,proto3" json:"event_types,omitempty"`
 	// Free text of the caller, at most 256 bytes.
 	Description string `protobuf:"bytes,4,opt,name=description,proto3" json:"description,omitempty"`
@@ -990,10 +990,10 @@ const file_sheba_v1_webhook_proto_rawDesc = "" +
 	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12\x1b\n" +
 	"\x06secret\x18\a \x01(\tH\x00R\x06secret\x88\x01\x01B\t\n" +
-	"\a_secret\"\x94\x02\n" +
+	"\a_secret\"\xab\x02\n" +
 	"\x1cCreateWebhookEndpointRequest\x12W\n" +
-	"\x03url\x18\x01 \x01(\tBE\xbaHB\xc8\x01\x01r=(\x80\x1028^[Hh][Tt][Tt][Pp][Ss]?://[^@/?#:][^@/?#]*([/?][^#]*)?#?$R\x03url\x12o\n" +
-	"\vevent_types\x18\x02 \x03(\tBN\xbaHK\x92\x01H\b\x01\x10\x03\x18\x01\"@r>R\x0faccount.createdR\x14subscription.createdR\x15subscription.canceledR\n" +
+	"\x03url\x18\x01 \x01(\tBE\xbaHB\xc8\x01\x01r=(\x80\x1028^[Hh][Tt][Tt][Pp][Ss]?://[^@/?#:][^@/?#]*([/?][^#]*)?#?$R\x03url\x12\x85\x01\n" +
+	"\vevent_types\x18\x02 \x03(\tBd\xbaHa\x92\x01^\b\x01\x10\x04\x18\x01\"VrTR\x0faccount.createdR\x14subscription.createdR\x15subscription.canceledR\x14subscription.updatedR\n" +
 	"eventTypes\x12*\n" +
 	"\vdescription\x18\x03 \x01(\tB\b\xbaH\x05r\x03(\x80\x02R\vdescription\"e\n" +
 	"\x1dCreateWebhookEndpointResponse\x12D\n" +

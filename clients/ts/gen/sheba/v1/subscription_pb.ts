@@ -6,8 +6,9 @@ import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobu
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import { file_buf_validate_validate } from "../../buf/validate/validate_pb.js";
 import { file_google_api_annotations } from "../../google/api/annotations_pb.js";
-import type { Timestamp } from "@bufbuild/protobuf/wkt";
-import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
+import { file_google_api_field_behavior } from "../../google/api/field_behavior_pb.js";
+import type { FieldMask, Timestamp } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_field_mask, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import { file_sheba_v1_options } from "./options_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
@@ -15,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file sheba/v1/subscription.proto.
  */
 export const file_sheba_v1_subscription: GenFile = /*@__PURE__*/
-  fileDesc("ChtzaGViYS92MS9zdWJzY3JpcHRpb24ucHJvdG8SCHNoZWJhLnYxItoBCgxTdWJzY3JpcHRpb24SCgoCaWQYASABKAkSEgoKYWNjb3VudF9pZBgCIAEoCRIMCgRwbGFuGAMgASgJEiwKBnN0YXR1cxgEIAEoDjIcLnNoZWJhLnYxLlN1YnNjcmlwdGlvblN0YXR1cxIvCgtjcmVhdGVfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLY2FuY2VsX3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgwKBGV0YWcYByABKAkiYQoZQ3JlYXRlU3Vic2NyaXB0aW9uUmVxdWVzdBIcCgphY2NvdW50X2lkGAEgASgJQgi6SAVyA7ABARImCgRwbGFuGAIgASgJQhi6SBVyEzIRXlthLXowLTktXXsxLDY0fSQiSgoaQ3JlYXRlU3Vic2NyaXB0aW9uUmVzcG9uc2USLAoMc3Vic2NyaXB0aW9uGAEgASgLMhYuc2hlYmEudjEuU3Vic2NyaXB0aW9uIjYKFkdldFN1YnNjcmlwdGlvblJlcXVlc3QSHAoKYWNjb3VudF9pZBgBIAEoCUIIukgFcgOwAQEiRwoXR2V0U3Vic2NyaXB0aW9uUmVzcG9uc2USLAoMc3Vic2NyaXB0aW9uGAEgASgLMhYuc2hlYmEudjEuU3Vic2NyaXB0aW9uIkcKGUNhbmNlbFN1YnNjcmlwdGlvblJlcXVlc3QSHAoKYWNjb3VudF9pZBgBIAEoCUIIukgFcgOwAQESDAoEZXRhZxgCIAEoCSJKChpDYW5jZWxTdWJzY3JpcHRpb25SZXNwb25zZRIsCgxzdWJzY3JpcHRpb24YASABKAsyFi5zaGViYS52MS5TdWJzY3JpcHRpb24idQoYTGlzdFN1YnNjcmlwdGlvbnNSZXF1ZXN0EhoKCXBhZ2Vfc2l6ZRgBIAEoBUIHukgEGgIoABISCgpwYWdlX3Rva2VuGAIgASgJEikKBHBsYW4YAyABKAlCG7pIGNgBAXITMhFeW2EtejAtOS1dezEsNjR9JCJjChlMaXN0U3Vic2NyaXB0aW9uc1Jlc3BvbnNlEi0KDXN1YnNjcmlwdGlvbnMYASADKAsyFi5zaGViYS52MS5TdWJzY3JpcHRpb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJKnsKElN1YnNjcmlwdGlvblN0YXR1cxIjCh9TVUJTQ1JJUFRJT05fU1RBVFVTX1VOU1BFQ0lGSUVEEAASHgoaU1VCU0NSSVBUSU9OX1NUQVRVU19BQ1RJVkUQARIgChxTVUJTQ1JJUFRJT05fU1RBVFVTX0NBTkNFTEVEEAIyvwUKE1N1YnNjcmlwdGlvblNlcnZpY2USvgEKEkNyZWF0ZVN1YnNjcmlwdGlvbhIjLnNoZWJhLnYxLkNyZWF0ZVN1YnNjcmlwdGlvblJlcXVlc3QaJC5zaGViYS52MS5DcmVhdGVTdWJzY3JpcHRpb25SZXNwb25zZSJdwvMYGhABGAEqFHN1YnNjcmlwdGlvbi5jcmVhdGVkgtPkkwI5OgEqYgxzdWJzY3JpcHRpb24iJi92MS9hY2NvdW50cy97YWNjb3VudF9pZH0vc3Vic2NyaXB0aW9uEpwBCg9HZXRTdWJzY3JpcHRpb24SIC5zaGViYS52MS5HZXRTdWJzY3JpcHRpb25SZXF1ZXN0GiEuc2hlYmEudjEuR2V0U3Vic2NyaXB0aW9uUmVzcG9uc2UiRMLzGAQYASABgtPkkwI2YgxzdWJzY3JpcHRpb24SJi92MS9hY2NvdW50cy97YWNjb3VudF9pZH0vc3Vic2NyaXB0aW9uEsYBChJDYW5jZWxTdWJzY3JpcHRpb24SIy5zaGViYS52MS5DYW5jZWxTdWJzY3JpcHRpb25SZXF1ZXN0GiQuc2hlYmEudjEuQ2FuY2VsU3Vic2NyaXB0aW9uUmVzcG9uc2UiZcLzGBsQARgBKhVzdWJzY3JpcHRpb24uY2FuY2VsZWSC0+STAkA6ASpiDHN1YnNjcmlwdGlvbiItL3YxL2FjY291bnRzL3thY2NvdW50X2lkfS9zdWJzY3JpcHRpb246Y2FuY2VsEn8KEUxpc3RTdWJzY3JpcHRpb25zEiIuc2hlYmEudjEuTGlzdFN1YnNjcmlwdGlvbnNSZXF1ZXN0GiMuc2hlYmEudjEuTGlzdFN1YnNjcmlwdGlvbnNSZXNwb25zZSIhwvMYBBgBIAGC0+STAhMSES92MS9zdWJzY3JpcHRpb25zQjBaLmdpdGh1Yi5jb20vc2hlYmFzdmMvc2hlYmEvZ2VuL3NoZWJhL3YxO3NoZWJhdjFiBnByb3RvMw", [file_buf_validate_validate, file_google_api_annotations, file_google_protobuf_timestamp, file_sheba_v1_options]);
+  fileDesc("ChtzaGViYS92MS9zdWJzY3JpcHRpb24ucHJvdG8SCHNoZWJhLnYxIo0CCgxTdWJzY3JpcHRpb24SDwoCaWQYASABKAlCA+BBAxIXCgphY2NvdW50X2lkGAIgASgJQgPgQQMSJgoEcGxhbhgDIAEoCUIYukgVchMyEV5bYS16MC05LV17MSw2NH0kEjEKBnN0YXR1cxgEIAEoDjIcLnNoZWJhLnYxLlN1YnNjcmlwdGlvblN0YXR1c0ID4EEDEjQKC2NyZWF0ZV90aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEID4EEDEjQKC2NhbmNlbF90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEID4EEDEgwKBGV0YWcYByABKAkiYQoZQ3JlYXRlU3Vic2NyaXB0aW9uUmVxdWVzdBIcCgphY2NvdW50X2lkGAEgASgJQgi6SAVyA7ABARImCgRwbGFuGAIgASgJQhi6SBVyEzIRXlthLXowLTktXXsxLDY0fSQiSgoaQ3JlYXRlU3Vic2NyaXB0aW9uUmVzcG9uc2USLAoMc3Vic2NyaXB0aW9uGAEgASgLMhYuc2hlYmEudjEuU3Vic2NyaXB0aW9uIjYKFkdldFN1YnNjcmlwdGlvblJlcXVlc3QSHAoKYWNjb3VudF9pZBgBIAEoCUIIukgFcgOwAQEiRwoXR2V0U3Vic2NyaXB0aW9uUmVzcG9uc2USLAoMc3Vic2NyaXB0aW9uGAEgASgLMhYuc2hlYmEudjEuU3Vic2NyaXB0aW9uIrEBChlVcGRhdGVTdWJzY3JpcHRpb25SZXF1ZXN0EhwKCmFjY291bnRfaWQYASABKAlCCLpIBXIDsAEBEjQKDHN1YnNjcmlwdGlvbhgCIAEoCzIWLnNoZWJhLnYxLlN1YnNjcmlwdGlvbkIGukgDyAEBEkAKC3VwZGF0ZV9tYXNrGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLkZpZWxkTWFza0IPukgM4gEJEgRwbGFuEgEqIkoKGlVwZGF0ZVN1YnNjcmlwdGlvblJlc3BvbnNlEiwKDHN1YnNjcmlwdGlvbhgBIAEoCzIWLnNoZWJhLnYxLlN1YnNjcmlwdGlvbiJHChlDYW5jZWxTdWJzY3JpcHRpb25SZXF1ZXN0EhwKCmFjY291bnRfaWQYASABKAlCCLpIBXIDsAEBEgwKBGV0YWcYAiABKAkiSgoaQ2FuY2VsU3Vic2NyaXB0aW9uUmVzcG9uc2USLAoMc3Vic2NyaXB0aW9uGAEgASgLMhYuc2hlYmEudjEuU3Vic2NyaXB0aW9uInUKGExpc3RTdWJzY3JpcHRpb25zUmVxdWVzdBIaCglwYWdlX3NpemUYASABKAVCB7pIBBoCKAASEgoKcGFnZV90b2tlbhgCIAEoCRIpCgRwbGFuGAMgASgJQhu6SBjYAQFyEzIRXlthLXowLTktXXsxLDY0fSQiYwoZTGlzdFN1YnNjcmlwdGlvbnNSZXNwb25zZRItCg1zdWJzY3JpcHRpb25zGAEgAygLMhYuc2hlYmEudjEuU3Vic2NyaXB0aW9uEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSp7ChJTdWJzY3JpcHRpb25TdGF0dXMSIwofU1VCU0NSSVBUSU9OX1NUQVRVU19VTlNQRUNJRklFRBAAEh4KGlNVQlNDUklQVElPTl9TVEFUVVNfQUNUSVZFEAESIAocU1VCU0NSSVBUSU9OX1NUQVRVU19DQU5DRUxFRBACMosHChNTdWJzY3JpcHRpb25TZXJ2aWNlEr4BChJDcmVhdGVTdWJzY3JpcHRpb24SIy5zaGViYS52MS5DcmVhdGVTdWJzY3JpcHRpb25SZXF1ZXN0GiQuc2hlYmEudjEuQ3JlYXRlU3Vic2NyaXB0aW9uUmVzcG9uc2UiXcLzGBoQARgBKhRzdWJzY3JpcHRpb24uY3JlYXRlZILT5JMCOToBKmIMc3Vic2NyaXB0aW9uIiYvdjEvYWNjb3VudHMve2FjY291bnRfaWR9L3N1YnNjcmlwdGlvbhKcAQoPR2V0U3Vic2NyaXB0aW9uEiAuc2hlYmEudjEuR2V0U3Vic2NyaXB0aW9uUmVxdWVzdBohLnNoZWJhLnYxLkdldFN1YnNjcmlwdGlvblJlc3BvbnNlIkTC8xgEGAEgAYLT5JMCNmIMc3Vic2NyaXB0aW9uEiYvdjEvYWNjb3VudHMve2FjY291bnRfaWR9L3N1YnNjcmlwdGlvbhLGAQoSQ2FuY2VsU3Vic2NyaXB0aW9uEiMuc2hlYmEudjEuQ2FuY2VsU3Vic2NyaXB0aW9uUmVxdWVzdBokLnNoZWJhLnYxLkNhbmNlbFN1YnNjcmlwdGlvblJlc3BvbnNlImXC8xgbEAEYASoVc3Vic2NyaXB0aW9uLmNhbmNlbGVkgtPkkwJAOgEqYgxzdWJzY3JpcHRpb24iLS92MS9hY2NvdW50cy97YWNjb3VudF9pZH0vc3Vic2NyaXB0aW9uOmNhbmNlbBLJAQoSVXBkYXRlU3Vic2NyaXB0aW9uEiMuc2hlYmEudjEuVXBkYXRlU3Vic2NyaXB0aW9uUmVxdWVzdBokLnNoZWJhLnYxLlVwZGF0ZVN1YnNjcmlwdGlvblJlc3BvbnNlImjC8xgaEAEYASoUc3Vic2NyaXB0aW9uLnVwZGF0ZWSC0+STAkQ6DHN1YnNjcmlwdGlvbmIMc3Vic2NyaXB0aW9uMiYvdjEvYWNjb3VudHMve2FjY291bnRfaWR9L3N1YnNjcmlwdGlvbhJ/ChFMaXN0U3Vic2NyaXB0aW9ucxIiLnNoZWJhLnYxLkxpc3RTdWJzY3JpcHRpb25zUmVxdWVzdBojLnNoZWJhLnYxLkxpc3RTdWJzY3JpcHRpb25zUmVzcG9uc2UiIcLzGAQYASABgtPkkwITEhEvdjEvc3Vic2NyaXB0aW9uc0IwWi5naXRodWIuY29tL3NoZWJhc3ZjL3NoZWJhL2dlbi9zaGViYS92MTtzaGViYXYxYgZwcm90bzM", [file_buf_validate_validate, file_google_api_annotations, file_google_api_field_behavior, file_google_protobuf_field_mask, file_google_protobuf_timestamp, file_sheba_v1_options]);
 
 /**
  * Subscription is an account's subscription to a plan.
@@ -38,7 +39,8 @@ export type Subscription = Message<"sheba.v1.Subscription"> & {
   accountId: string;
 
   /**
-   * Name of the plan: 1 to 64 characters of a-z, 0-9 and '-'.
+   * Name of the plan: 1 to 64 characters of a-z, 0-9 and '-'. The one field
+   * UpdateSubscription changes.
    *
    * @generated from field: string plan = 3;
    */
@@ -183,6 +185,69 @@ export const GetSubscriptionResponseSchema: GenMessage<GetSubscriptionResponse> 
   messageDesc(file_sheba_v1_subscription, 4);
 
 /**
+ * UpdateSubscriptionRequest names the account whose active subscription to
+ * change, and the change.
+ *
+ * @generated from message sheba.v1.UpdateSubscriptionRequest
+ */
+export type UpdateSubscriptionRequest = Message<"sheba.v1.UpdateSubscriptionRequest"> & {
+  /**
+   * UUID of the account.
+   *
+   * @generated from field: string account_id = 1;
+   */
+  accountId: string;
+
+  /**
+   * The subscription as it should be: its plan, and optionally its etag
+   * (AIP-154): when set, the change is made only if it is still the
+   * subscription's etag. Its output-only fields are ignored, so a client
+   * may send back what it read.
+   *
+   * @generated from field: sheba.v1.Subscription subscription = 2;
+   */
+  subscription?: Subscription | undefined;
+
+  /**
+   * The fields to change: "plan", or "*" for every field that can change
+   * (the plan). Absent on gRPC: the plan. Absent on REST: the fields the
+   * body sets, but for etag and the output-only ones.
+   *
+   * @generated from field: google.protobuf.FieldMask update_mask = 3;
+   */
+  updateMask?: FieldMask | undefined;
+};
+
+/**
+ * Describes the message sheba.v1.UpdateSubscriptionRequest.
+ * Use `create(UpdateSubscriptionRequestSchema)` to create a new message.
+ */
+export const UpdateSubscriptionRequestSchema: GenMessage<UpdateSubscriptionRequest> = /*@__PURE__*/
+  messageDesc(file_sheba_v1_subscription, 5);
+
+/**
+ * UpdateSubscriptionResponse holds the changed subscription. Over REST the
+ * bare Subscription is the response body.
+ *
+ * @generated from message sheba.v1.UpdateSubscriptionResponse
+ */
+export type UpdateSubscriptionResponse = Message<"sheba.v1.UpdateSubscriptionResponse"> & {
+  /**
+   * The subscription, with its plan changed.
+   *
+   * @generated from field: sheba.v1.Subscription subscription = 1;
+   */
+  subscription?: Subscription | undefined;
+};
+
+/**
+ * Describes the message sheba.v1.UpdateSubscriptionResponse.
+ * Use `create(UpdateSubscriptionResponseSchema)` to create a new message.
+ */
+export const UpdateSubscriptionResponseSchema: GenMessage<UpdateSubscriptionResponse> = /*@__PURE__*/
+  messageDesc(file_sheba_v1_subscription, 6);
+
+/**
  * CancelSubscriptionRequest names the account whose active subscription to
  * cancel.
  *
@@ -214,7 +279,7 @@ export type CancelSubscriptionRequest = Message<"sheba.v1.CancelSubscriptionRequ
  * Use `create(CancelSubscriptionRequestSchema)` to create a new message.
  */
 export const CancelSubscriptionRequestSchema: GenMessage<CancelSubscriptionRequest> = /*@__PURE__*/
-  messageDesc(file_sheba_v1_subscription, 5);
+  messageDesc(file_sheba_v1_subscription, 7);
 
 /**
  * CancelSubscriptionResponse holds the canceled subscription. Over REST the
@@ -236,7 +301,7 @@ export type CancelSubscriptionResponse = Message<"sheba.v1.CancelSubscriptionRes
  * Use `create(CancelSubscriptionResponseSchema)` to create a new message.
  */
 export const CancelSubscriptionResponseSchema: GenMessage<CancelSubscriptionResponse> = /*@__PURE__*/
-  messageDesc(file_sheba_v1_subscription, 6);
+  messageDesc(file_sheba_v1_subscription, 8);
 
 /**
  * ListSubscriptionsRequest asks for one page of subscriptions.
@@ -274,7 +339,7 @@ export type ListSubscriptionsRequest = Message<"sheba.v1.ListSubscriptionsReques
  * Use `create(ListSubscriptionsRequestSchema)` to create a new message.
  */
 export const ListSubscriptionsRequestSchema: GenMessage<ListSubscriptionsRequest> = /*@__PURE__*/
-  messageDesc(file_sheba_v1_subscription, 7);
+  messageDesc(file_sheba_v1_subscription, 9);
 
 /**
  * ListSubscriptionsResponse is one page of subscriptions.
@@ -302,7 +367,7 @@ export type ListSubscriptionsResponse = Message<"sheba.v1.ListSubscriptionsRespo
  * Use `create(ListSubscriptionsResponseSchema)` to create a new message.
  */
 export const ListSubscriptionsResponseSchema: GenMessage<ListSubscriptionsResponse> = /*@__PURE__*/
-  messageDesc(file_sheba_v1_subscription, 8);
+  messageDesc(file_sheba_v1_subscription, 10);
 
 /**
  * SubscriptionStatus is the state of a subscription.
@@ -380,6 +445,21 @@ export const SubscriptionService: GenService<{
     methodKind: "unary";
     input: typeof CancelSubscriptionRequestSchema;
     output: typeof CancelSubscriptionResponseSchema;
+  },
+  /**
+   * UpdateSubscription changes the plan of the account's active
+   * subscription (AIP-134) and returns it. Fails with NOT_FOUND (404) when
+   * none is active, and with ABORTED, reason ETAG_MISMATCH (409; 412 under
+   * If-Match), when an etag was given and the subscription is at another
+   * version. Setting the plan it already has changes nothing: same etag, no
+   * event.
+   *
+   * @generated from rpc sheba.v1.SubscriptionService.UpdateSubscription
+   */
+  updateSubscription: {
+    methodKind: "unary";
+    input: typeof UpdateSubscriptionRequestSchema;
+    output: typeof UpdateSubscriptionResponseSchema;
   },
   /**
    * ListSubscriptions lists the subscriptions of all accounts, canceled ones

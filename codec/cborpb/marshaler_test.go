@@ -217,6 +217,10 @@ func sample(fd protoreflect.FieldDescriptor, fresh protoreflect.Value, depth int
 	case protoreflect.DoubleKind:
 		return protoreflect.ValueOfFloat64(0.1), true
 	case protoreflect.StringKind:
+		if fd.ContainingMessage().FullName() == "google.protobuf.FieldMask" {
+			// A path is a field name: the JSON mapping refuses others.
+			return protoreflect.ValueOfString("value_of_" + string(fd.Name())), true
+		}
 		return protoreflect.ValueOfString("value of " + string(fd.Name())), true
 	case protoreflect.BytesKind:
 		return protoreflect.ValueOfBytes([]byte{0, 1, 0xff}), true

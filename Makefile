@@ -36,6 +36,17 @@ run: build
 	fi; \
 	exec ./$(BIN) serve --config config/dev.yaml --migrate
 
+# The npm tools (tools/ts/package.json): protoc-gen-es for make generate,
+# esbuild and tsc for the example page, Redocly CLI and Stoplight Prism for
+# make test (the OpenAPI 3.1 document). npm ci installs exactly what
+# tools/ts/package-lock.json pins, again whenever the lockfile changes;
+# scripts/need.sh installs Debian's nodejs and npm first when they are
+# missing and we are root (protoc-gen-es wants Node.js 20 or later).
+NPM_TOOLS := tools/ts/node_modules/.package-lock.json
+NPM_BIN := tools/ts/node_modules/.bin
+# (Defined before the first rule that names them: make expands a rule's
+# prerequisites as it reads the rule.)
+
 # The server programs the tests start besides Postgres (PROGRAM=PACKAGE):
 # scripts/need.sh installs the missing ones first when we are root, and
 # otherwise names what to install. Debian's prometheus package has both
@@ -67,15 +78,6 @@ FUZZTIME ?= 30s
 fuzz:
 	bash scripts/need.sh $(TEST_PROGRAMS)
 	bash scripts/pg.sh test -- bash scripts/fuzz.sh $(FUZZTIME)
-
-# The npm tools (tools/ts/package.json): protoc-gen-es for make generate,
-# esbuild and tsc for the example page, Redocly CLI and Stoplight Prism for
-# make test (the OpenAPI 3.1 document). npm ci installs exactly what
-# tools/ts/package-lock.json pins, again whenever the lockfile changes;
-# scripts/need.sh installs Debian's nodejs and npm first when they are
-# missing and we are root (protoc-gen-es wants Node.js 20 or later).
-NPM_TOOLS := tools/ts/node_modules/.package-lock.json
-NPM_BIN := tools/ts/node_modules/.bin
 
 # Redocly CLI's recommended rules (make test: no error; warnings are
 # listed), with its telemetry and its update check off: it asks nothing of

@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/net/http/httpguts"
+
+	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 )
 
 // Validate reports the first problem with c, checking keys in the order of
@@ -116,7 +118,9 @@ func (c Config) check() *Error {
 			return atLeast("limits.login_failures.window", c.Limits.LoginFailures.Window, time.Second)
 		},
 		func() *Error { return checkKeys(c.Auth.Keys) },
-		func() *Error { return checkMethods("auth.public", c.Auth.Public, "/sheba.v1.PingService/Ping") },
+		func() *Error {
+			return checkMethods("auth.public", c.Auth.Public, shebav1.PingService_Ping_FullMethodName)
+		},
 		func() *Error { return atLeast("compression.min_bytes", c.Compression.MinBytes, 0) },
 		func() *Error { return atLeast("shutdown.drain_delay", c.Shutdown.DrainDelay, 0) },
 		func() *Error { return positive("shutdown.timeout", c.Shutdown.Timeout) },
@@ -160,7 +164,7 @@ func (c Config) check() *Error {
 		func() *Error { return oneOf("hook.protocol", c.Hook.Protocol, HookHTTP, HookExtAuthz) },
 		func() *Error { return checkHookURL(c.Hook.URL, c.Hook.Protocol) },
 		func() *Error {
-			return checkMethods("hook.methods", c.Hook.Methods, "/sheba.v1.SubscriptionService/CreateSubscription")
+			return checkMethods("hook.methods", c.Hook.Methods, shebav1.SubscriptionService_CreateSubscription_FullMethodName)
 		},
 		func() *Error { return positive("hook.timeout", c.Hook.Timeout) },
 		func() *Error { return oneOf("hook.failure_mode", c.Hook.FailureMode, HookFailClosed, HookFailOpen) },

@@ -21,6 +21,7 @@ import (
 	"github.com/shebasvc/sheba/interceptors/interceptortest"
 	"github.com/shebasvc/sheba/interceptors/protovalidate"
 	"github.com/shebasvc/sheba/interceptors/reason"
+	"github.com/shebasvc/sheba/server"
 )
 
 const id = "00000000-0000-4000-8000-000000000001"
@@ -111,7 +112,7 @@ func TestDirect(t *testing.T) {
 		// Over max_items (which the chain's bounds link refuses before):
 		// at most reason.MaxViolations.
 		{"many", &shebav1.CreateWebhookEndpointRequest{Url: "https://example.com/", EventTypes: types(20)}, answer{
-			Code: codes.InvalidArgument, Message: fmt.Sprintf("invalid event_types: must contain no more than %d item(s)", eventTypes()),
+			Code: codes.InvalidArgument, Message: fmt.Sprintf("invalid event_types: must contain no more than %d item(s)", len(server.EventTypes())),
 			Reasons: []string{reason.InvalidArgument},
 			Fields: []string{"event_types", "event_types[0]", "event_types[1]", "event_types[2]", "event_types[3]",
 				"event_types[4]", "event_types[5]", "event_types[6]"},
@@ -194,18 +195,4 @@ func TestServer(t *testing.T) {
 	if diff := cmp.Diff(want, answerOf(err)); diff != "" {
 		t.Errorf("invalid (-want +got):\n%s", diff)
 	}
-}
-
-// eventTypes counts the event types the methods emit (their policies), as
-// many as event_types may hold.
-func eventTypes() int {
-	seen := map[string]bool{}
-	for _, svc := range shebav1.Services {
-		for _, m := range svc.Methods {
-			for _, e := range m.Policy.Events {
-				seen[e] = true
-			}
-		}
-	}
-	return len(seen)
 }

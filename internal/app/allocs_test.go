@@ -33,7 +33,7 @@ func TestAllocationGoals(t *testing.T) {
 		t.Skip("allocation counts drift under -race (sync.Pool drops items at random); run without -race: go test -run TestAllocationGoals ./internal/app")
 	}
 	if testing.Short() {
-		t.Skip("runs four benchmarks: skipped with -short")
+		t.Skip("runs several benchmarks, seconds each: skipped with -short only; make test and .ci/run (without -race) run it")
 	}
 	for _, g := range allocGoals {
 		t.Run(g.name, func(t *testing.T) {

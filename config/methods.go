@@ -17,27 +17,16 @@ import (
 // public, in the table's order.
 func publicMethods() []string {
 	var public []string
-	for _, svc := range shebav1.Services {
-		for _, m := range svc.Methods {
-			if m.Policy.Public {
-				public = append(public, m.FullName)
-			}
+	for _, m := range shebav1.Methods {
+		if m.Policy.Public {
+			public = append(public, m.FullName)
 		}
 	}
 	return public
 }
 
 // isMethod reports whether full is the full name of a method of the table.
-func isMethod(full string) bool {
-	for _, svc := range shebav1.Services {
-		for _, m := range svc.Methods {
-			if m.FullName == full {
-				return true
-			}
-		}
-	}
-	return false
-}
+func isMethod(full string) bool { return shebav1.Method(full) != nil }
 
 // checkMethods checks that every entry of the list key names a method of
 // the table: a name that is none would leave the method keyed (auth.public)
@@ -62,14 +51,12 @@ func checkMethods(key string, methods []string, example string) *Error {
 // "" when it says what the table says.
 func policyWarning(public []string) string {
 	var made, kept []string
-	for _, svc := range shebav1.Services {
-		for _, m := range svc.Methods {
-			switch configured := slices.Contains(public, m.FullName); {
-			case configured && !m.Policy.Public:
-				made = append(made, m.FullName)
-			case !configured && m.Policy.Public:
-				kept = append(kept, m.FullName)
-			}
+	for _, m := range shebav1.Methods {
+		switch configured := slices.Contains(public, m.FullName); {
+		case configured && !m.Policy.Public:
+			made = append(made, m.FullName)
+		case !configured && m.Policy.Public:
+			kept = append(kept, m.FullName)
 		}
 	}
 	if len(made) == 0 && len(kept) == 0 {

@@ -31,10 +31,8 @@ func maxItems(fd protoreflect.FieldDescriptor) int {
 // method, made once.
 var repeatedBounds = func() *protobound.Bounds {
 	var msgs []protoreflect.MessageDescriptor
-	for _, t := range shebav1.Services {
-		for _, m := range t.Methods {
-			msgs = append(msgs, m.NewRequest().ProtoReflect().Descriptor())
-		}
+	for _, m := range shebav1.Methods {
+		msgs = append(msgs, m.NewRequest().ProtoReflect().Descriptor())
 	}
 	return protobound.New(maxItems, msgs...)
 }()

@@ -141,11 +141,9 @@ func ServiceNames() []string {
 
 // Methods returns the full names (/service/method) of every method.
 func Methods() []string {
-	var methods []string
-	for _, t := range shebav1.Services {
-		for _, m := range t.Methods {
-			methods = append(methods, m.FullName)
-		}
+	methods := make([]string, len(shebav1.Methods))
+	for i, m := range shebav1.Methods {
+		methods[i] = m.FullName
 	}
 	return methods
 }
@@ -153,11 +151,9 @@ func Methods() []string {
 // methodsWhere returns the full names of the methods whose policy has has.
 func methodsWhere(has func(shebav1.MethodPolicyTable) bool) map[string]bool {
 	set := map[string]bool{}
-	for _, t := range shebav1.Services {
-		for _, m := range t.Methods {
-			if has(m.Policy) {
-				set[m.FullName] = true
-			}
+	for _, m := range shebav1.Methods {
+		if has(m.Policy) {
+			set[m.FullName] = true
 		}
 	}
 	return set

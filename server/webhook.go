@@ -38,12 +38,10 @@ const (
 // constraint allows exactly these (TestEventTypesConstraint).
 func EventTypes() []string {
 	var types []string
-	for _, t := range shebav1.Services {
-		for _, m := range t.Methods {
-			for _, e := range m.Policy.Events {
-				if !slices.Contains(types, e) {
-					types = append(types, e)
-				}
+	for _, m := range shebav1.Methods {
+		for _, e := range m.Policy.Events {
+			if !slices.Contains(types, e) {
+				types = append(types, e)
 			}
 		}
 	}

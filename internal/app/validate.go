@@ -18,10 +18,8 @@ import (
 // that cannot compile stops the start.
 func newValidator() (pv.Validator, error) {
 	var requests []proto.Message
-	for _, s := range shebav1.Services {
-		for _, m := range s.Methods {
-			requests = append(requests, m.NewRequest())
-		}
+	for _, m := range shebav1.Methods {
+		requests = append(requests, m.NewRequest())
 	}
 	v, err := pv.New(pv.WithMessages(requests...), pv.WithDisableLazy())
 	if err != nil {

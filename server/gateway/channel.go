@@ -51,17 +51,13 @@ func NewChannel(interceptor grpc.UnaryServerInterceptor) *Channel {
 // RegisterService registers the unary methods of impl. It is not safe to
 // call once calls have started.
 func (c *Channel) RegisterService(desc *grpc.ServiceDesc, impl any) {
-	inferences := map[string]*maskInference{}
-	for _, svc := range shebav1.Services {
-		if svc.Name == desc.ServiceName {
-			for _, m := range svc.Methods {
-				inferences[m.FullName] = newMaskInference(m)
-			}
-		}
-	}
 	for _, m := range desc.Methods {
 		full := "/" + desc.ServiceName + "/" + m.MethodName
-		c.methods[full] = inprocMethod{impl: impl, handler: m.Handler, mask: inferences[full]}
+		var mask *maskInference
+		if t := shebav1.Method(full); t != nil {
+			mask = newMaskInference(*t)
+		}
+		c.methods[full] = inprocMethod{impl: impl, handler: m.Handler, mask: mask}
 	}
 }
 

@@ -265,3 +265,27 @@ var WebhookService_Table = ServiceTable{
 
 // Services are the tables of every service, in the order of the protos.
 var Services = []*ServiceTable{&AccountService_Table, &PingService_Table, &SubscriptionService_Table, &WebhookService_Table}
+
+// Methods are the methods of every service of Services, in order.
+var Methods = func() []*MethodTable {
+	var all []*MethodTable
+	for _, s := range Services {
+		for i := range s.Methods {
+			all = append(all, &s.Methods[i])
+		}
+	}
+	return all
+}()
+
+// methodsByName are Methods by their full names.
+var methodsByName = func() map[string]*MethodTable {
+	byName := make(map[string]*MethodTable, len(Methods))
+	for _, m := range Methods {
+		byName[m.FullName] = m
+	}
+	return byName
+}()
+
+// Method returns the method of full name fullName
+// (/sheba.v1.PingService/Ping), or nil if there is none.
+func Method(fullName string) *MethodTable { return methodsByName[fullName] }

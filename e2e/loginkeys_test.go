@@ -53,7 +53,7 @@ func wantLoggedIn(t *testing.T, what string, a throttledAnswer) {
 // whole window).
 func TestLoginThrottlePerKey(t *testing.T) {
 	t.Parallel()
-	e := newTestEnv(t, withOtherKeys)
+	e := newTestEnv(t, withOtherKeys, patientLogins)
 	defaults := config.Default().Limits.LoginFailures
 	e.newAccount(t, "olivia")
 	failLogins(t, e, defaults.Max, "olivia", "nobody")
@@ -85,7 +85,7 @@ func TestLoginThrottlePerKey(t *testing.T) {
 // fourth that never failed included, and only that username.
 func TestLoginThrottleCeiling(t *testing.T) {
 	t.Parallel()
-	e := newTestEnv(t, withOtherKeys, func(c *config.Config) {
+	e := newTestEnv(t, withOtherKeys, patientLogins, func(c *config.Config) {
 		c.Limits.LoginFailures = config.LoginFailures{Max: 3, MaxAll: 6, Window: time.Hour}
 	})
 	e.newAccount(t, "peggy")
@@ -106,7 +106,7 @@ func TestLoginThrottleCeiling(t *testing.T) {
 func TestLoginThrottlePerKeySharedThroughRedis(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t)
-	envs := onRedis(t, srv, 2, withOtherKeys, func(c *config.Config) {
+	envs := onRedis(t, srv, 2, withOtherKeys, patientLogins, func(c *config.Config) {
 		c.Limits.LoginFailures = config.LoginFailures{Max: 3, MaxAll: 6, Window: time.Hour}
 	}, patientRedis)
 	a, b := envs[0], envs[1]

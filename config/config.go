@@ -111,6 +111,17 @@ type Database struct {
 	URL string `yaml:"url"`
 	// MaxConns is the pool's maximum number of connections.
 	MaxConns int32 `yaml:"max_conns"`
+	// ReadURL, set, names standbys (or a pooler of standbys) that the
+	// read-only methods run on while their replay lag is at most
+	// ReadMaxLag (docs/operations.md#postgres-cluster). It may hold a
+	// password, so it is never printed.
+	ReadURL string `yaml:"read_url"`
+	// ReadMaxConns is the most connections of the pool on ReadURL.
+	ReadMaxConns int32 `yaml:"read_max_conns"`
+	// ReadMaxLag is how far behind the primary a standby may be and still
+	// be read from; it is also how long a caller's reads go to the
+	// primary after its write.
+	ReadMaxLag time.Duration `yaml:"read_max_lag"`
 }
 
 // Limits configures admission of business requests.
@@ -351,7 +362,7 @@ func Default() Config {
 			MaxConcurrentBodies: 64,
 		},
 		GRPC:     GRPC{Addr: ":9090", MaxConcurrentStreams: 256, MaxRecvBytes: 64 << 10, MaxOpenStreams: 1024, MaxConnectionIdle: 5 * time.Minute},
-		Database: Database{MaxConns: 16},
+		Database: Database{MaxConns: 16, ReadMaxConns: 16, ReadMaxLag: time.Second},
 		Limits: Limits{
 			MaxInflight:   512,
 			Timeout:       5 * time.Second,

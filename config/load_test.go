@@ -51,6 +51,9 @@ func TestEnvNames(t *testing.T) {
 		"SHEBA_DATABASE_URL",
 		"DATABASE_URL",
 		"SHEBA_DATABASE_MAX_CONNS",
+		"SHEBA_DATABASE_READ_URL",
+		"SHEBA_DATABASE_READ_MAX_CONNS",
+		"SHEBA_DATABASE_READ_MAX_LAG",
 		"SHEBA_LIMITS_MAX_INFLIGHT",
 		"SHEBA_LIMITS_MAX_CONNECTIONS",
 		"SHEBA_LIMITS_RATE",
@@ -130,7 +133,7 @@ func TestLoadFile(t *testing.T) {
 			file: `
 http: { addr: "127.0.0.1:8081", max_body_bytes: 2048, read_header_timeout: 2s, read_timeout: 3s, idle_timeout: 4s, write_timeout: 9s, max_concurrent_bodies: 5, cors: { allowed_origins: ["https://app.example.com", "*"] } }
 grpc: { addr: "127.0.0.1:9091", reflection: true, max_concurrent_streams: 6, max_recv_bytes: 9000, max_open_streams: 11, max_connection_idle: 12s }
-database: { url: "host=db dbname=sheba", max_conns: 4 }
+database: { url: "host=db dbname=sheba", max_conns: 4, read_url: "host=standby dbname=sheba", read_max_conns: 5, read_max_lag: 250ms }
 limits:
   max_inflight: 10
   max_connections: 13
@@ -167,7 +170,7 @@ hook: { url: "unix:///run/hook.sock", protocol: http, methods: ["/sheba.v1.Accou
 						CORS: CORS{AllowedOrigins: []string{"https://app.example.com", "*"}},
 					},
 					GRPC:     GRPC{Addr: "127.0.0.1:9091", Reflection: true, MaxConcurrentStreams: 6, MaxRecvBytes: 9000, MaxOpenStreams: 11, MaxConnectionIdle: 12 * time.Second},
-					Database: Database{URL: "host=db dbname=sheba", MaxConns: 4},
+					Database: Database{URL: "host=db dbname=sheba", MaxConns: 4, ReadURL: "host=standby dbname=sheba", ReadMaxConns: 5, ReadMaxLag: 250 * time.Millisecond},
 					Limits: Limits{
 						MaxInflight: 10, MaxConnections: 13, Rate: 100.5, Burst: 20,
 						PerKeyRate: 5, PerKeyBurst: 2, AnonymousRate: 7.5, AnonymousBurst: 8,

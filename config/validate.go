@@ -6,12 +6,14 @@ import (
 	"math"
 	"net"
 	"net/url"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/net/http/httpguts"
 
@@ -73,6 +75,9 @@ func (c Config) check() *Error {
 		func() *Error { return positive("grpc.max_connection_idle", c.GRPC.MaxConnectionIdle) },
 		func() *Error { return checkDatabaseURL(c.Database.URL) },
 		func() *Error { return atLeast("database.max_conns", c.Database.MaxConns, 1) },
+		func() *Error { return checkReadURL(c.Database.ReadURL) },
+		func() *Error { return atLeast("database.read_max_conns", c.Database.ReadMaxConns, 1) },
+		func() *Error { return positive("database.read_max_lag", c.Database.ReadMaxLag) },
 		func() *Error { return atLeast("limits.max_inflight", c.Limits.MaxInflight, 1) },
 		func() *Error { return atLeast("limits.max_connections", c.Limits.MaxConnections, 1) },
 		func() *Error { return checkRate("limits.rate", c.Limits.Rate) },
@@ -289,8 +294,47 @@ func checkDatabaseURL(url string) *Error {
 	if url == "" {
 		return bad("database.url", "must be set: set DATABASE_URL (or database.url in the config file) to a postgres URL")
 	}
-	if _, err := pgx.ParseConfig(url); err != nil {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
 		return bad("database.url", "must be a postgres URL (postgres://user:password@host:5432/dbname) or a key/value string (host=... dbname=...); the value given does not parse")
+	}
+	// With several hosts pgx takes the first that answers; only
+	// read-write makes that the one that accepts writes ("primary" asks
+	// pg_is_in_recovery(), which a demoted server kept read-only denies).
+	if severalHosts(cfg) && !writesOnly(cfg) {
+		return bad("database.url", "names several hosts, so it must say target_session_attrs=read-write (postgres://h1:5432,h2:5432/sheba?target_session_attrs=read-write): sheba writes only to a server that accepts writes")
+	}
+	return nil
+}
+
+// severalHosts reports whether cfg names more than one server. pgx's
+// fallbacks also hold each host a second time with another TLS mode
+// (sslmode=prefer tries TLS, then plain), so hosts are counted, not
+// fallbacks.
+func severalHosts(cfg *pgx.ConnConfig) bool {
+	for _, f := range cfg.Fallbacks {
+		if f.Host != cfg.Host || f.Port != cfg.Port {
+			return true
+		}
+	}
+	return false
+}
+
+// writesOnly reports whether cfg connects only to a server that accepts
+// writes: target_session_attrs=read-write, which pgx parses into a check
+// function and does not keep as text.
+func writesOnly(cfg *pgx.ConnConfig) bool {
+	return cfg.ValidateConnect != nil &&
+		reflect.ValueOf(cfg.ValidateConnect).Pointer() == reflect.ValueOf(pgconn.ValidateConnectTargetSessionAttrsReadWrite).Pointer()
+}
+
+// checkReadURL checks database.read_url, which may be empty.
+func checkReadURL(url string) *Error {
+	if url == "" {
+		return nil
+	}
+	if _, err := pgx.ParseConfig(url); err != nil {
+		return bad("database.read_url", "must be a postgres URL (postgres://user:password@standby:5432/dbname) or a key/value string, or empty; the value given does not parse")
 	}
 	return nil
 }

@@ -228,6 +228,42 @@ func TestValidate(t *testing.T) {
 			wantMsg: "database.url: must be a postgres URL",
 		},
 		{
+			name:    "database.url several hosts without target_session_attrs",
+			change:  func(c *Config) { c.Database.URL = "postgres://u:hunter2@h1:5432,h2:5432/sheba" },
+			wantKey: "database.url",
+			wantMsg: "database.url: names several hosts, so it must say target_session_attrs=read-write",
+		},
+		{
+			name:    "database.url several hosts with target_session_attrs=primary",
+			change:  func(c *Config) { c.Database.URL = "postgres://u:hunter2@h1:5432,h2:5432/sheba?target_session_attrs=primary" },
+			wantKey: "database.url",
+			wantMsg: "database.url: names several hosts, so it must say target_session_attrs=read-write",
+		},
+		{
+			name:    "database.url several hosts as a key/value string without target_session_attrs",
+			change:  func(c *Config) { c.Database.URL = "host=h1,h2 port=5432,5433 dbname=sheba" },
+			wantKey: "database.url",
+			wantMsg: "database.url: names several hosts, so it must say target_session_attrs=read-write",
+		},
+		{
+			name:    "database.read_url unparsable",
+			change:  func(c *Config) { c.Database.ReadURL = "postgres://u:hunter2@localhost:notaport/db" },
+			wantKey: "database.read_url",
+			wantMsg: "database.read_url: must be a postgres URL",
+		},
+		{
+			name:    "database.read_max_conns",
+			change:  func(c *Config) { c.Database.ReadMaxConns = 0 },
+			wantKey: "database.read_max_conns",
+			wantMsg: "database.read_max_conns: must be at least 1, got 0",
+		},
+		{
+			name:    "database.read_max_lag",
+			change:  func(c *Config) { c.Database.ReadMaxLag = 0 },
+			wantKey: "database.read_max_lag",
+			wantMsg: "database.read_max_lag: must be greater than 0, got 0s",
+		},
+		{
 			name:    "database.max_conns",
 			change:  func(c *Config) { c.Database.MaxConns = 0 },
 			wantKey: "database.max_conns",

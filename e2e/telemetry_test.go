@@ -166,8 +166,12 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("metric %s is missing", name)
 		}
 	}
-	if got := series(f, "sheba_db_pool_max_conns")[""]; got != 8 {
-		t.Errorf("sheba_db_pool_max_conns: got %v, want 8", got)
+	// Each pool by its label: the API's (database.max_conns, 8 here) and
+	// the webhook queue's (webhooks.database_max_conns); no read pool
+	// without database.read_url.
+	wantPools := map[string]float64{"pool=primary": 8, "pool=river": float64(config.Default().Webhooks.DatabaseMaxConns)}
+	if diff := cmp.Diff(wantPools, series(f, "sheba_db_pool_max_conns", "pool")); diff != "" {
+		t.Errorf("sheba_db_pool_max_conns by pool (-want +got):\n%s", diff)
 	}
 	// Serving, with the database answering.
 	for _, name := range []string{"sheba_ready", "sheba_database_up"} {

@@ -324,7 +324,7 @@ func TestWebhookDeliveriesTakeNoAPIConnection(t *testing.T) {
 	waitFor(t, 30*time.Second, "every event fanned out and held at the receiver", func() bool {
 		return e.count(t, pending, endpointID) == events && len(rcv.Requests()) > 0
 	})
-	acquires := func() float64 { return series(e.scrape(t), "sheba_db_pool_acquires_total")[""] }
+	acquires := func() float64 { return series(e.scrape(t), "sheba_db_pool_acquires_total", "pool")["pool=primary"] }
 	before := acquires()
 	releaseOnce()
 	waitFor(t, 60*time.Second, "every event delivered", func() bool { return e.count(t, pending, endpointID) == 0 })

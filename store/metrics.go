@@ -5,21 +5,29 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// poolCollector exposes pgxpool statistics as sheba_db_pool_* metrics.
-// Written here rather than taken from a library because the sheba_db_pool_
-// names are fixed (docs/observability.md#metrics), which the existing pgxpool collectors do not
-// let us choose.
+// poolCollector exposes pgxpool statistics as sheba_db_pool_* metrics, one
+// series per pool with a pool label. Written here rather than taken from a
+// library because the sheba_db_pool_ names are fixed
+// (docs/observability.md#metrics), which the existing pgxpool collectors do
+// not let us choose.
 type poolCollector struct {
-	stat  func() *pgxpool.Stat
+	pools map[string]*pgxpool.Pool
 	descs map[string]*prometheus.Desc
 }
 
-// PoolCollector returns a collector of the pool's statistics, read at each
-// scrape.
-func (s *Store) PoolCollector() prometheus.Collector {
-	c := &poolCollector{stat: s.pool.Stat, descs: map[string]*prometheus.Desc{}}
+// Pool names of the pool label (docs/observability.md#metrics).
+const (
+	PoolPrimary = "primary" // the API's pool on database.url
+	PoolStandby = "standby" // the read-only methods' pool on database.read_url
+	PoolRiver   = "river"   // the webhook queue's pool
+)
+
+// PoolCollector returns a collector of the statistics of pools, by the
+// name of their pool label, read at each scrape.
+func PoolCollector(pools map[string]*pgxpool.Pool) prometheus.Collector {
+	c := &poolCollector{pools: pools, descs: map[string]*prometheus.Desc{}}
 	for name, help := range poolMetricHelp {
-		c.descs[name] = prometheus.NewDesc("sheba_db_pool_"+name, help, nil, nil)
+		c.descs[name] = prometheus.NewDesc("sheba_db_pool_"+name, help, []string{"pool"}, nil)
 	}
 	return c
 }
@@ -46,12 +54,18 @@ func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
-	s := c.stat()
+	for name, pool := range c.pools {
+		c.collect(ch, name, pool.Stat())
+	}
+}
+
+// collect sends the statistics s of the pool called pool.
+func (c *poolCollector) collect(ch chan<- prometheus.Metric, pool string, s *pgxpool.Stat) {
 	gauge := func(name string, v float64) {
-		ch <- prometheus.MustNewConstMetric(c.descs[name], prometheus.GaugeValue, v)
+		ch <- prometheus.MustNewConstMetric(c.descs[name], prometheus.GaugeValue, v, pool)
 	}
 	counter := func(name string, v float64) {
-		ch <- prometheus.MustNewConstMetric(c.descs[name], prometheus.CounterValue, v)
+		ch <- prometheus.MustNewConstMetric(c.descs[name], prometheus.CounterValue, v, pool)
 	}
 	gauge("acquired_conns", float64(s.AcquiredConns()))
 	gauge("idle_conns", float64(s.IdleConns()))

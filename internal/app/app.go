@@ -175,7 +175,7 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 		return fmt.Errorf("metrics: %w", err)
 	}
 	inflight := newInflightLimiter(cfg.Limits)
-	if err := registerCollectors(registry, a.store.PoolCollector(), inflight, a.health); err != nil {
+	if err := registerCollectors(registry, store.PoolCollector(map[string]*pgxpool.Pool{store.PoolPrimary: a.pool, store.PoolRiver: a.hooksPool}), inflight, a.health); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
 	authn, keyIDs, err := newAuthenticator(cfg.Auth, m)

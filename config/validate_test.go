@@ -234,8 +234,10 @@ func TestValidate(t *testing.T) {
 			wantMsg: "database.url: names several hosts, so it must say target_session_attrs=read-write",
 		},
 		{
-			name:    "database.url several hosts with target_session_attrs=primary",
-			change:  func(c *Config) { c.Database.URL = "postgres://u:hunter2@h1:5432,h2:5432/sheba?target_session_attrs=primary" },
+			name: "database.url several hosts with target_session_attrs=primary",
+			change: func(c *Config) {
+				c.Database.URL = "postgres://u:hunter2@h1:5432,h2:5432/sheba?target_session_attrs=primary"
+			},
 			wantKey: "database.url",
 			wantMsg: "database.url: names several hosts, so it must say target_session_attrs=read-write",
 		},

@@ -17,7 +17,7 @@ type report struct {
 	Machine   machine          `json:"machine"`
 	Options   map[string]any   `json:"options"`
 	Scenarios []scenarioReport `json:"scenarios"`
-	Webhooks  []webhookReport  `json:"webhooks,omitempty"`
+	Webhooks  []figureRow      `json:"webhooks,omitempty"`
 }
 
 type scenarioReport struct {

@@ -79,6 +79,12 @@ func (w keyedWrite) expected() bool {
 	return false
 }
 
+// retryable reports whether a client retries the write with its key: it
+// was not answered, or answered 503 or 504.
+func (w keyedWrite) retryable() bool {
+	return w.code == 0 || w.code == http.StatusServiceUnavailable || w.code == http.StatusGatewayTimeout
+}
+
 // subscriptionID is the id in an acknowledged write's answer.
 func (w keyedWrite) subscriptionID() (string, error) {
 	var sub struct{ ID string }
@@ -225,7 +231,7 @@ func failoverFigures(o failoverOutcome) []figure {
 		goalFig("duplicates after keyed retries", float64(o.duplicates), "", "==", 0),
 		goalFig("accounts without one subscription and one event", float64(o.missing), "", "==", 0),
 		goalFig("answers other than 200, 503 DATABASE_UNAVAILABLE or 504", float64(unexpected), "", "==", 0),
-		goalFig("writes unanswered after their retries", float64(o.unretried), "", "==", 0),
+		goalFig("writes not answered 200 after their retries", float64(o.unretried), "", "==", 0),
 		fig("switchover (stop and promote)", round2(o.promoted.Sub(o.stopped).Seconds()), " s"),
 		fig("writes", float64(len(o.writes)), ""),
 		fig("answered 200", float64(counts["200"]), ""),
@@ -355,25 +361,22 @@ func insertFailoverAccounts(ctx context.Context, url string, n int) ([]string, e
 }
 
 // retryUnanswered sends every write not answered 200 again with its key
-// until it is, at most failoverRetries times each: the writes retried, and
-// those still not answered 200.
+// while it is answered 503, 504 or not at all, at most failoverRetries
+// times each: the writes retried, and those not answered 200 in the end (a
+// 409 says the key did not find the first write).
 func retryUnanswered(ctx context.Context, c writeClient, writes []keyedWrite) (retried, unanswered int) {
 	for _, w := range writes {
 		if w.acknowledged() {
 			continue
 		}
 		retried++
-		answered := false
+		r := w
 		for range failoverRetries {
-			if c.subscribe(ctx, w.account, w.key).acknowledged() {
-				answered = true
-				break
-			}
-			if sleep(ctx, failoverRetryPause) != nil {
+			if r = c.subscribe(ctx, w.account, w.key); !r.retryable() || sleep(ctx, failoverRetryPause) != nil {
 				break
 			}
 		}
-		if !answered {
+		if !r.acknowledged() {
 			unanswered++
 		}
 	}

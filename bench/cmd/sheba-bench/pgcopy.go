@@ -167,6 +167,12 @@ func (b *bench) startCopy(ctx context.Context, cp *postgres) error {
 func (b *bench) stopCopies() {
 	for _, cp := range b.copies {
 		cp.stop(context.Background(), "immediate") //nolint:errcheck // a copy that never started has nothing to stop
+		if b.opts.keep {
+			// -keep keeps the run's folder, not the copies'.
+			if log, err := os.ReadFile(cp.logPath); err == nil {
+				_ = os.WriteFile(filepath.Join(b.dir, filepath.Base(cp.logPath)), log, 0o644)
+			}
+		}
 	}
 	b.copies = nil
 	if b.pgCopies != "" {

@@ -45,6 +45,11 @@ const (
 	// promotion (docs/operations.md#postgres-cluster: within 5 s of the new
 	// primary accepting writes).
 	failoverRecovery = 5 * time.Second
+	// failoverBackoff is how long a writer waits after a write answered
+	// 503, 504 or not at all before its next one, so that a long switchover
+	// does not use up the accounts; Retry-After, in whole seconds, would
+	// blur the time without a successful write.
+	failoverBackoff = 50 * time.Millisecond
 	// failoverRetries bounds the keyed retries of one write, failoverRetryPause apart.
 	failoverRetries    = 20
 	failoverRetryPause = 250 * time.Millisecond
@@ -154,6 +159,9 @@ func (l *writeLoad) run(ctx context.Context) {
 				l.mu.Lock()
 				l.writes = append(l.writes, w)
 				l.mu.Unlock()
+				if w.retryable() && sleep(ctx, failoverBackoff) != nil {
+					return
+				}
 			}
 		})
 	}

@@ -56,7 +56,7 @@ func TestFailoverFigures(t *testing.T) {
 			{code: 500, body: "boom", at: at(2100)},
 			{code: 200, at: at(2900)}, {code: 200, at: at(3000)},
 		},
-		stopped: at(1100), promoted: at(2500),
+		stopped: at(1100), down: at(1400), promoted: at(2500),
 		retried: 4, unretried: 1,
 		lost: 0, duplicates: 2, missing: 1,
 	}
@@ -72,7 +72,7 @@ func TestFailoverFigures(t *testing.T) {
 		"accounts without one subscription and one event 1 (goal = 0 ✗)",
 		"answers other than 200, 503 DATABASE_UNAVAILABLE or 504 1 (goal = 0 ✗)",
 		"writes not answered 200 after their retries 1 (goal = 0 ✗)",
-		"switchover (stop and promote) 1.40 s",
+		"switchover: the primary's stop 0.30 s", "the promotion 1.10 s",
 		"writes 9", "answered 200 5", "503 1", "504 1", "no answer 1", "retried with their keys 4",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {

@@ -59,6 +59,8 @@ type Answer struct {
 	// recorded by an earlier call with the key.
 	Replayed bool
 	Err      error
+	// At is when the answer came (or the write failed).
+	At time.Time
 }
 
 // Outcome names the answer for counts: "200", "503", … or "unanswered".
@@ -105,6 +107,9 @@ type Client struct {
 	// client of Load: without it, answers of a few microseconds (a 503 at
 	// once) would use up the writes of a load before the fault is gone.
 	Pace time.Duration
+	// Answered, if set, is called with each answer of Load as it comes,
+	// from the client's goroutine: a test follows the load with it.
+	Answered func(Answer)
 }
 
 // Subscribe registers url as a webhook endpoint of subscription.created
@@ -140,8 +145,9 @@ func (c Client) Subscribe(tb testing.TB, url string) (secret string) {
 }
 
 // Send sends w once.
-func (c Client) Send(ctx context.Context, w Write) Answer {
-	a := Answer{Write: w}
+func (c Client) Send(ctx context.Context, w Write) (a Answer) {
+	a.Write = w
+	defer func() { a.At = time.Now() }()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.BaseURL+w.path(), strings.NewReader(body))
 	if err != nil {
 		a.Err = err
@@ -185,6 +191,9 @@ func (c Client) Load(ctx context.Context, clients int, writes []Write) []Answer 
 				}
 				due := time.Now().Add(c.Pace)
 				answers[i] = c.Send(context.WithoutCancel(ctx), writes[i])
+				if c.Answered != nil {
+					c.Answered(answers[i])
+				}
 				sleep(ctx, time.Until(due))
 			}
 		})

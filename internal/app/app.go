@@ -51,7 +51,10 @@ type App struct {
 	// queue's (River's and its workers'); healthPool is the health check's
 	// own connection.
 	pool, hooksPool, healthPool *pgxpool.Pool
-	store                       *store.Store
+	// standby is the read-only methods' pool on database.read_url (nil
+	// when it is not set).
+	standby *store.Standby
+	store   *store.Store
 	rate                        rateLimits
 	health                      *health.Checker
 	streams                     *drain.Drainer
@@ -124,6 +127,9 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		store.WithCanceler(&a.conns)); err != nil {
 		return nil, err
 	}
+	if a.standby, err = openStandby(ctx, cfg, tp, &a.conns); err != nil {
+		return nil, err
+	}
 	a.store = store.New(a.pool)
 	// With tracing off, the instrumentation is left out rather than run
 	// against a no-op provider: it allocates on every call all the same.
@@ -175,7 +181,7 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 		return fmt.Errorf("metrics: %w", err)
 	}
 	inflight := newInflightLimiter(cfg.Limits)
-	if err := registerCollectors(registry, store.PoolCollector(map[string]*pgxpool.Pool{store.PoolPrimary: a.pool, store.PoolRiver: a.hooksPool}), inflight, a.health); err != nil {
+	if err := registerCollectors(registry, store.PoolCollector(a.databasePools()), inflight, a.health); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
 	authn, keyIDs, err := newAuthenticator(cfg.Auth, m)
@@ -203,6 +209,10 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 		return err
 	}
 	a.hook = hookClient
+	standbyLink, err := newStandbyLink(a.standby, cfg.Database, keyIDs, log, registry)
+	if err != nil {
+		return err
+	}
 	chain := unaryChain(chainDeps{
 		limits:     cfg.Limits,
 		authn:      authn,
@@ -220,6 +230,7 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 		// paging.secret is the secret every replica shares already.
 		fingerprintKey: fpKey,
 		hook:           hookLink,
+		standby:        standbyLink,
 		extra:          o.interceptors,
 	})
 

@@ -65,6 +65,9 @@ type chainDeps struct {
 	fingerprintKey []byte
 	// hook is the external hook's link (nil: no hook).
 	hook grpc.UnaryServerInterceptor
+	// standby runs the read-only methods on a standby (nil: no
+	// database.read_url).
+	standby grpc.UnaryServerInterceptor
 	// extra run after every link above, right before the handler
 	// (WithUnaryInterceptor).
 	extra []grpc.UnaryServerInterceptor
@@ -107,6 +110,10 @@ type chainDeps struct {
 //     and a request it replaces is the one the idempotency key binds.
 //   - failfast: while the database is down, the calls that need it
 //     answer Unavailable at once rather than at their deadline.
+//   - standby (with database.read_url only): right before the handler,
+//     so a call refused above takes no standby connection; a read-only
+//     call runs on a standby or on the primary, and a write is
+//     remembered for its caller after idempotency has committed it.
 //   - idempotency (creates and cancel only): innermost, so a call rejected
 //     above takes no key nor connection, and its transaction, which begins
 //     at the handler's first statement and which the handler's writes
@@ -175,6 +182,9 @@ func chainLinks(d chainDeps) []link {
 	links = append(links,
 		link{"failfast", failfast.UnaryServerInterceptor(d.dbUp, d.needsDB, reason.OutcomeDatabaseDown.Row().Message)},
 	)
+	if d.standby != nil {
+		links = append(links, link{"standby", d.standby})
+	}
 	if d.keys != nil {
 		// A change's If-Match condition is part of its request.
 		keyed := idempotency.UnaryServerInterceptor(d.keys, apikey.IDFromContext,

@@ -99,6 +99,10 @@ type envSetup struct {
 	// server uses it (to send it through a proxy, say); the test's own
 	// pool goes straight to the database.
 	poolURL func(string) string
+	// database, if set, is the URL of the database to serve (a cluster's,
+	// say) instead of a fresh one of the test cluster; the test's own pool
+	// connects to it too.
+	database string
 }
 
 // withHandlerHook runs hook right before every handler, after the whole
@@ -116,7 +120,10 @@ func withHandlerHook(hook func(ctx context.Context, method string) error) app.Op
 // stopped, and Serve must have returned nil, when the test ends.
 func startTestEnv(t testing.TB, setup envSetup) *testEnv {
 	t.Helper()
-	url := storetest.NewDatabase(t)
+	url := setup.database
+	if url == "" {
+		url = storetest.NewDatabase(t)
+	}
 	cfg := config.Default()
 	cfg.Database.URL = url
 	if setup.poolURL != nil {

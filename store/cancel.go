@@ -6,7 +6,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Canceler knows the open connections of the pools given it with
@@ -23,7 +22,8 @@ type Canceler struct {
 // WithCanceler makes c know the connections of the pool, from when they
 // are opened to when they are closed. It costs nothing per query.
 func WithCanceler(c *Canceler) PoolOption {
-	return func(cfg *pgxpool.Config) {
+	return func(o *poolSetup) {
+		cfg := o.cfg
 		afterConnect, beforeClose := cfg.AfterConnect, cfg.BeforeClose
 		cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
 			if afterConnect != nil {

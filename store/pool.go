@@ -3,10 +3,14 @@ package store
 import (
 	"context"
 	"fmt"
+	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/exaring/otelpgx"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/multitracer"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -17,7 +21,14 @@ import (
 )
 
 // PoolOption configures OpenPool.
-type PoolOption func(*pgxpool.Config)
+type PoolOption func(*poolSetup)
+
+// poolSetup is what a PoolOption changes: the pool's configuration, and
+// tracers of queries beside the OpenTelemetry one.
+type poolSetup struct {
+	cfg     *pgxpool.Config
+	tracers []pgx.QueryTracer
+}
 
 // WithStatementTimeout makes the server cancel any statement that runs
 // longer than d (Postgres statement_timeout on every connection of the
@@ -43,10 +54,10 @@ func WithIdleInTransactionTimeout(d time.Duration) PoolOption {
 // withMillis sets the server parameter name, a time in milliseconds, to d
 // on every connection, unless d is 0.
 func withMillis(name string, d time.Duration) PoolOption {
-	return func(c *pgxpool.Config) {
+	return func(o *poolSetup) {
 		if d > 0 {
 			ms := (d + time.Millisecond - 1) / time.Millisecond
-			c.ConnConfig.RuntimeParams[name] = strconv.FormatInt(int64(ms), 10)
+			o.cfg.ConnConfig.RuntimeParams[name] = strconv.FormatInt(int64(ms), 10)
 		}
 	}
 }
@@ -65,6 +76,29 @@ func cancelHandler(fallback time.Duration) func(*pgconn.PgConn) ctxwatch.Handler
 	}
 }
 
+// How long a server that stopped answering can hold a connection
+// (docs/operations.md#postgres-cluster), unless the URL says otherwise.
+const (
+	// connectTimeout bounds making a connection to each host of the URL
+	// (connect_timeout): without it a host that drops packets stalls every
+	// new connection for minutes before pgx tries the next.
+	connectTimeout = 2 * time.Second
+	// pingTimeout bounds the ping of a connection idle over a second
+	// before it is lent; one that does not answer is dropped and another
+	// lent.
+	pingTimeout = 2 * time.Second
+	// An idle connection whose server went silent is found by TCP
+	// keep-alive after keepAliveIdle + keepAliveCount × keepAliveInterval
+	// (25 s) rather than Linux's default two hours.
+	keepAliveIdle     = 10 * time.Second
+	keepAliveInterval = 5 * time.Second
+	keepAliveCount    = 3
+	// maxConnLifetime replaces every connection within half an hour (pgx:
+	// an hour), plus up to a minute so they do not all go at once.
+	maxConnLifetime       = 30 * time.Minute
+	maxConnLifetimeJitter = time.Minute
+)
+
 // OpenPool returns a pool of at most maxConns connections to the database at
 // url, with a span for every query traced to tp (db.system postgresql; the
 // statement is recorded, its arguments never are). It connects lazily, so it
@@ -75,6 +109,10 @@ func cancelHandler(fallback time.Duration) func(*pgconn.PgConn) ctxwatch.Handler
 // not cost the pool a connection that must then be opened again
 // (docs/operations.md#slow-database): under a slow database that is when new
 // connections are dearest.
+//
+// Connections to a server that went silent are bounded: connect_timeout 2 s
+// per host unless the URL gives one, a ping timeout, TCP keep-alive and a
+// lifetime (the constants above).
 func OpenPool(ctx context.Context, url string, maxConns int32, tp trace.TracerProvider, opts ...PoolOption) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -82,24 +120,51 @@ func OpenPool(ctx context.Context, url string, maxConns int32, tp trace.TracerPr
 	}
 	cfg.MaxConns = maxConns
 	cfg.ConnConfig.BuildContextWatcherHandler = cancelHandler(cancelFallback)
+	boundDeadServers(cfg)
+	setup := &poolSetup{cfg: cfg}
 	for _, o := range opts {
-		o(cfg)
+		o(setup)
 	}
 	// With tracing off there is no tracer at all: otelpgx would still
 	// run on every query against a no-op provider.
 	if _, off := tp.(tracenoop.TracerProvider); !off {
-		cfg.ConnConfig.Tracer = otelpgx.NewTracer(
+		setup.tracers = append(setup.tracers, otelpgx.NewTracer(
 			otelpgx.WithTracerProvider(tp),
 			// otelpgx follows the newer conventions (db.system.name); the
 			// older db.system key is what many backends still query.
 			otelpgx.WithTracerAttributes(attribute.String("db.system", "postgresql")),
 			// Query metrics come from sheba_db_pool_*, not from the tracer.
 			otelpgx.WithMeterProvider(metricnoop.NewMeterProvider()),
-		)
+		))
+	}
+	switch len(setup.tracers) {
+	case 0:
+	case 1:
+		cfg.ConnConfig.Tracer = setup.tracers[0]
+	default:
+		cfg.ConnConfig.Tracer = multitracer.New(setup.tracers...)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open database pool: %w", err)
 	}
 	return pool, nil
+}
+
+// boundDeadServers applies the bounds of OpenPool's doc to cfg, leaving
+// connect_timeout and pool_max_conn_lifetime as the URL gives them.
+func boundDeadServers(cfg *pgxpool.Config) {
+	cc := cfg.ConnConfig
+	if cc.ConnectTimeout == 0 {
+		cc.ConnectTimeout = connectTimeout
+	}
+	dialer := &net.Dialer{
+		Timeout:         cc.ConnectTimeout,
+		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: keepAliveIdle, Interval: keepAliveInterval, Count: keepAliveCount},
+	}
+	cc.DialFunc = dialer.DialContext
+	cfg.PingTimeout = pingTimeout
+	if !strings.Contains(cfg.ConnString(), "pool_max_conn_lifetime") {
+		cfg.MaxConnLifetime, cfg.MaxConnLifetimeJitter = maxConnLifetime, maxConnLifetimeJitter
+	}
 }

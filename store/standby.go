@@ -85,7 +85,8 @@ func (s *Standby) Close() { s.pool.Close() }
 // measure is a query, so it also proves the connection alive: the pool's
 // own ping of a connection idle for over a second (pgxpool's default),
 // which would come first, is left out.
-func (s *Standby) checkLag(c *pgxpool.Config) {
+func (s *Standby) checkLag(o *poolSetup) {
+	c := o.cfg
 	afterConnect, prepare := c.AfterConnect, c.PrepareConn
 	c.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
 		if afterConnect != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/shebasvc/sheba/store"
 	"github.com/shebasvc/sheba/store/storetest"
+	"github.com/shebasvc/sheba/store/storetest/pgcluster"
 )
 
 func openStandby(t *testing.T, url string, tp trace.TracerProvider) *store.Standby {
@@ -159,4 +160,63 @@ func TestStandbyDown(t *testing.T) {
 			t.Errorf("at %v: got %d connection attempts, want %d", time.Duration(clock.Load()), got, step.attempts)
 		}
 	}
+}
+
+// TestStandbyLag measures the lag of a real streaming standby
+// (docs/operations.md#reading-from-standbys): 0 while it has replayed all
+// it received, the primary being idle; the age of its last replayed
+// transaction while replay is paused behind what it received, or while it
+// does not stream (its primary stopped).
+func TestStandbyLag(t *testing.T) {
+	t.Parallel()
+	c := pgcluster.Start(t)
+	s := openStandby(t, c.Standby.URL(), tracenoop.NewTracerProvider())
+	var clock atomic.Int64
+	store.SetStandbyClock(s, func() time.Duration { return time.Duration(clock.Load()) })
+	// lag measures again: a second passes on the standby's clock.
+	lag := func() time.Duration {
+		t.Helper()
+		clock.Add(int64(time.Second))
+		conn, err := s.Acquire(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Release()
+		return conn.Lag()
+	}
+	// waitLag waits until the lag is what want says, and returns it.
+	waitLag := func(what string, want func(time.Duration) bool) time.Duration {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			l := lag()
+			if want(l) {
+				return l
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: lag %v after 30 s", what, l)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	behind := func(l time.Duration) bool { return l > 0 && l != store.UnknownLag }
+
+	// A transaction replayed, for the lag to be measured from.
+	c.Primary.Exec(t, `INSERT INTO accounts (username, password_hash) VALUES ('first', 'x')`)
+	c.WaitReplayed(t)
+	waitLag("caught up, the primary idle", func(l time.Duration) bool { return l == 0 })
+
+	c.Standby.PauseReplay(t)
+	c.Primary.Exec(t, `INSERT INTO accounts (username, password_hash) VALUES ('second', 'x')`)
+	l := waitLag("replay paused behind a write", behind)
+	if got := testutil.ToFloat64(s.Collector()); got != l.Seconds() {
+		t.Errorf("sheba_db_standby_lag_seconds: got %v, want %v", got, l.Seconds())
+	}
+	c.Standby.ResumeReplay(t)
+	c.WaitReplayed(t)
+	waitLag("replay resumed", func(l time.Duration) bool { return l == 0 })
+
+	// Not streaming: what it replayed may be all it will ever get, or not.
+	c.Primary.Stop(t, pgcluster.Fast)
+	waitLag("the primary stopped", behind)
 }

@@ -161,7 +161,9 @@ func (s *Store) Ping(ctx context.Context) error {
 // A driver timeout (a network deadline that pgx set from the context's) is
 // reported as context.DeadlineExceeded, the error callers already test for.
 // A connection that could not be made, or broke before the query was
-// answered, is ErrUnavailable; the driver's error stays wrapped for the log.
+// answered, is ErrUnavailable, and so is a server that answers it is
+// read-only, shutting down or starting (failover.go's switchCode); the
+// driver's error stays wrapped for the log.
 func translate(err error) error {
 	if err == nil || errors.Is(err, ErrNotFound) || errors.Is(err, ErrConflict) || errors.Is(err, ErrLimit) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrETagMismatch) {
 		return err
@@ -182,6 +184,11 @@ func translate(err error) error {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
 		return err
+	}
+	if switchCode(pgErr.Code) {
+		// The server is read-only (a demoted primary), stopping or
+		// starting: the write may be retried on the next primary.
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	switch pgErr.Code {
 	case codeQueryCanceled:

@@ -79,6 +79,9 @@ type App struct {
 	// conns knows the connections of both pools, for a shutdown that must
 	// cut their queries.
 	conns store.Canceler
+	// failover follows the primary in the three pools on database.url
+	// (docs/operations.md#postgres-cluster).
+	failover *store.Failover
 }
 
 // New builds every part of sheba from cfg, which must be valid
@@ -95,7 +98,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 			return nil, fmt.Errorf("tracing: %w", err)
 		}
 	}
-	a := &App{cfg: cfg, log: log, flush: flush}
+	a := &App{cfg: cfg, log: log, flush: flush, failover: store.NewFailover(log)}
 	defer func() {
 		if err != nil {
 			a.close()
@@ -106,7 +109,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	// a transaction (docs/operations.md#slow-database).
 	if a.pool, err = store.OpenPool(ctx, cfg.Database.URL, cfg.Database.MaxConns, tp,
 		store.WithStatementTimeout(cfg.Limits.Timeout), store.WithIdleInTransactionTimeout(cfg.Limits.Timeout),
-		store.WithCanceler(&a.conns)); err != nil {
+		store.WithCanceler(&a.conns), store.WithFailover(a.failover)); err != nil {
 		return nil, err
 	}
 	// The health check has a connection of its own: a busy business pool
@@ -116,7 +119,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	// new one costs several round trips and the authentication, which on a
 	// loaded machine can outlast the next ping's deadline too.
 	if a.healthPool, err = store.OpenPool(ctx, cfg.Database.URL, 1, tracenoop.NewTracerProvider(),
-		store.WithStatementTimeout(healthPingTimeout), store.WithCanceler(&a.conns)); err != nil {
+		store.WithStatementTimeout(healthPingTimeout), store.WithCanceler(&a.conns), store.WithFailover(a.failover)); err != nil {
 		return nil, err
 	}
 	// The webhook queue and its workers have a pool of their own, so that
@@ -124,7 +127,7 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	// there are to make. Its queries are not traced: River polls the queue
 	// every second, each poll a trace of its own.
 	if a.hooksPool, err = store.OpenPool(ctx, cfg.Database.URL, cfg.Webhooks.DatabaseMaxConns, tracenoop.NewTracerProvider(),
-		store.WithCanceler(&a.conns)); err != nil {
+		store.WithCanceler(&a.conns), store.WithFailover(a.failover)); err != nil {
 		return nil, err
 	}
 	if a.standby, err = openStandby(ctx, cfg, tp, &a.conns); err != nil {
@@ -181,7 +184,7 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 		return fmt.Errorf("metrics: %w", err)
 	}
 	inflight := newInflightLimiter(cfg.Limits)
-	if err := registerCollectors(registry, store.PoolCollector(a.databasePools()), inflight, a.health); err != nil {
+	if err := registerCollectors(registry, store.PoolCollector(a.databasePools()), a.failover.Collector(), inflight, a.health); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
 	authn, keyIDs, err := newAuthenticator(cfg.Auth, m)
@@ -527,8 +530,8 @@ func newHTTPServer(cfg config.Config, h http.Handler, guard *listenerGuard, log 
 
 // registerCollectors registers the collectors beyond the call metrics:
 // readiness and the database's health, the in-flight gauge, the database
-// pool, the Go runtime and the process.
-func registerCollectors(reg prometheus.Registerer, pool prometheus.Collector, inflight concurrency.Limiter, h *health.Checker) error {
+// pools and failovers, the Go runtime and the process.
+func registerCollectors(reg prometheus.Registerer, pool, failovers prometheus.Collector, inflight concurrency.Limiter, h *health.Checker) error {
 	up := func(b bool) float64 {
 		if b {
 			return 1
@@ -556,6 +559,7 @@ func registerCollectors(reg prometheus.Registerer, pool prometheus.Collector, in
 			Help: "Business requests allowed to run at once now: limits.max_inflight, or the adaptive limit.",
 		}, func() float64 { return float64(inflight.Limit()) }),
 		pool,
+		failovers,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	} {

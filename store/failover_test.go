@@ -1,0 +1,124 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/shebasvc/sheba/store"
+	"github.com/shebasvc/sheba/store/storetest"
+)
+
+// backendPIDs acquires n connections of pool at once and returns their
+// server process ids, then gives them back.
+func backendPIDs(t *testing.T, pool *pgxpool.Pool, n int) []uint32 {
+	t.Helper()
+	var pids []uint32
+	var conns []*pgxpool.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	for range n {
+		c, err := pool.Acquire(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		pids = append(pids, c.Conn().PgConn().PID())
+	}
+	slices.Sort(pids)
+	return pids
+}
+
+// TestFailoverDropsTheServersConnections ends one connection's session on
+// the server (pg_terminate_backend: SQLSTATE 57P01, what every session
+// sees when its server stops) and checks that the query that finds it
+// answers ErrUnavailable, and that from then on neither that pool nor
+// another one on the same Failover lends a connection made before it:
+// every connection lent after is new. One failure drops the old
+// connections once: a second one, on a connection already stale, opens
+// nothing more.
+func TestFailoverDropsTheServersConnections(t *testing.T) {
+	t.Parallel()
+	url := storetest.NewDatabase(t)
+	f := store.NewFailover(slog.New(slog.DiscardHandler))
+	open := func() *pgxpool.Pool {
+		pool, err := store.OpenPool(t.Context(), url, 3, tracenoop.NewTracerProvider(), store.WithFailover(f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		return pool
+	}
+	api, river := open(), open()
+	apiBefore, riverBefore := backendPIDs(t, api, 3), backendPIDs(t, river, 2)
+
+	// One connection whose session the server ends, as a stopping server
+	// ends every session.
+	victim, err := api.Acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := storetest.NewPool(t)
+	if _, err := admin.Exec(t.Context(), `SELECT pg_terminate_backend($1)`, victim.Conn().PgConn().PID()); err != nil {
+		t.Fatal(err)
+	}
+	s := store.New(api)
+	ctx := context.Background()
+	// The query runs on that connection itself: the pool might lend
+	// another.
+	_, err = victim.Exec(ctx, `SELECT 1`)
+	victim.Release()
+	if err == nil {
+		t.Fatal("a query on a terminated session succeeded")
+	}
+	if !errors.Is(store.Translate(err), store.ErrUnavailable) {
+		t.Errorf("a query on a terminated session: got %v, want ErrUnavailable", store.Translate(err))
+	}
+
+	apiAfter, riverAfter := backendPIDs(t, api, 3), backendPIDs(t, river, 2)
+	for _, pid := range apiAfter {
+		if slices.Contains(apiBefore, pid) {
+			t.Errorf("the API pool lent a connection made before the server was lost (pid %d; before %v, after %v)", pid, apiBefore, apiAfter)
+		}
+	}
+	for _, pid := range riverAfter {
+		if slices.Contains(riverBefore, pid) {
+			t.Errorf("the other pool lent a connection made before the server was lost (pid %d; before %v, after %v)", pid, riverBefore, riverAfter)
+		}
+	}
+	// The store works on the new connections.
+	if _, err := s.GetAccount(t.Context(), uuid.NewString()); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("GetAccount after the switch: got %v, want ErrNotFound", err)
+	}
+	// The same server answers: no failover is counted.
+	if got := testutil.ToFloat64(f.Collector()); got != 0 {
+		t.Errorf("sheba_db_failovers_total: got %v, want 0 (same server)", got)
+	}
+
+	// A second terminated session, of a connection made after the
+	// switch, drops the connections once more.
+	opened := api.Stat().NewConnsCount()
+	victim, err = api.Acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(t.Context(), `SELECT pg_terminate_backend($1)`, victim.Conn().PgConn().PID()); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = victim.Exec(ctx, `SELECT 1`)
+	victim.Release()
+	again := backendPIDs(t, api, 3)
+	if n := api.Stat().NewConnsCount() - opened; n != 3 {
+		t.Errorf("after a second lost session the pool opened %d connections, want 3 (every one made before it dropped; pids %v then %v)", n, apiAfter, again)
+	}
+}

@@ -258,3 +258,26 @@ func TestStandbyDown(t *testing.T) {
 	c.Standby.Start(t)
 	e.waitRoute(t, "read, standby back", route("standby", "ok"), func() { e.getAccount(t, "rest", account) })
 }
+
+// TestStandbyPrimaryDown stops the primary: the replica turns not ready,
+// yet the standby still answers the reads it can, within read_max_lag;
+// a read it cannot answer is 503 at once, not 404.
+func TestStandbyPrimaryDown(t *testing.T) {
+	t.Parallel()
+	c, e := newStandbyEnv(t, time.Hour)
+	account := e.insertAccount(t, "ines")
+	c.WaitReplayed(t)
+	c.Primary.Stop(t, pgcluster.Fast)
+	waitFor(t, 10*time.Second, "not ready once the primary stopped", func() bool { return e.readiness(t).notReady() })
+
+	for _, transport := range []string{"grpc", "rest"} {
+		if got := e.routeOf(t, func() { e.getAccount(t, transport, account) }); got != route("standby", "ok") {
+			t.Errorf("%s: read %s, want %s", transport, got, route("standby", "ok"))
+		}
+		var code int
+		got := e.routeOf(t, func() { _, _, code = e.getSubscription(t, transport, readerKey, account) })
+		if code != http.StatusServiceUnavailable || got != route("primary", "not_found_fallback") {
+			t.Errorf("%s: a subscription the standby does not have: HTTP %d from %s, want 503 for the primary", transport, code, got)
+		}
+	}
+}

@@ -28,6 +28,12 @@
 // is remembered once its transaction, which idempotency commits, has
 // ended.
 //
-// Codes: none of its own; the handler's (from the primary when the
+// The failfast interceptor, which answers Unavailable at once while the
+// primary is down, is to leave the read-only methods to this one
+// (WithPrimaryDown): the standby answers them meanwhile, and what is for
+// the primary is answered Unavailable at once.
+//
+// Codes: with WithPrimaryDown, its error (Unavailable) while the primary
+// is down; else none of its own: the handler's (from the primary when the
 // standby did not answer).
 package standby

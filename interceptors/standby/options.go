@@ -10,6 +10,10 @@ type options struct {
 	callers []string
 	metrics *Metrics
 	log     *slog.Logger
+	// primaryUp, when set, reports whether the primary answers; while it
+	// does not, a read for the primary answers primaryDown.
+	primaryUp   func() bool
+	primaryDown error
 	// now is the clock of the recent writes (nil: the monotonic clock).
 	now func() time.Duration
 }
@@ -44,6 +48,15 @@ func WithMetrics(m *Metrics) Option {
 // answers again (default: no log).
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) { o.log = l }
+}
+
+// WithPrimaryDown makes a read that is to run on the primary answer err
+// at once while up reports false, as the failfast interceptor answers the
+// other calls that need the database: the read-only methods are left out
+// of failfast, so that the standby still answers them while the primary
+// is down. Such a read is counted as it was routed.
+func WithPrimaryDown(up func() bool, err error) Option {
+	return func(o *options) { o.primaryUp, o.primaryDown = up, err }
 }
 
 func evaluateOptions(opts []Option) options {

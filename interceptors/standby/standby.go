@@ -94,9 +94,13 @@ func (r *router) read(ctx context.Context, req any, handler grpc.UnaryHandler) (
 	return resp, err
 }
 
-// onPrimary runs a read-only call on the primary, counted with reason.
+// onPrimary runs a read-only call on the primary, counted with reason;
+// while the primary is down (WithPrimaryDown), it answers at once.
 func (r *router) onPrimary(ctx context.Context, req any, handler grpc.UnaryHandler, reason string) (any, error) {
 	r.metrics.count(outcome{TargetPrimary, reason})
+	if r.primaryUp != nil && !r.primaryUp() {
+		return nil, r.primaryDown
+	}
 	return handler(ctx, req)
 }
 

@@ -314,3 +314,24 @@ func TestServer(t *testing.T) {
 		t.Errorf("got %v, %v; want on-standby", resp, err)
 	}
 }
+
+// TestPrimaryDown checks that while the primary is down the standby still
+// answers, and what is for the primary answers at once.
+func TestPrimaryDown(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	down := status.Error(codes.Unavailable, "database unavailable")
+	m := standby.NewMetrics()
+	i := standby.UnaryServerInterceptor(e.standby, methods, callerOf, standby.WithMetrics(m),
+		standby.WithPrimaryDown(func() bool { return false }, down))
+	if resp, err := call(t.Context(), i, readMethod, bothID, e.getAccount); resp != "on-standby" || err != nil {
+		t.Errorf("found on the standby: got %v, %v; want on-standby", resp, err)
+	}
+	if _, err := call(t.Context(), i, readMethod, primaryID, e.getAccount); err != down {
+		t.Errorf("not found on the standby: got %v, want %v", err, down)
+	}
+	want := map[string]float64{"standby/ok": 1, "primary/not_found_fallback": 1}
+	if diff := cmp.Diff(want, reads(t, m)); diff != "" {
+		t.Errorf("sheba_db_reads_total (-want +got):\n%s", diff)
+	}
+}

@@ -51,10 +51,7 @@ type App struct {
 	// queue's (River's and its workers'); healthPool is the health check's
 	// own connection.
 	pool, hooksPool, healthPool *pgxpool.Pool
-	// standby is the read-only methods' pool on database.read_url (nil
-	// when it is not set).
-	standby *store.Standby
-	store   *store.Store
+	store                       *store.Store
 	rate                        rateLimits
 	health                      *health.Checker
 	streams                     *drain.Drainer
@@ -82,6 +79,10 @@ type App struct {
 	// failover follows the primary in the three pools on database.url
 	// (docs/operations.md#postgres-cluster).
 	failover *store.Failover
+
+	// standby is the read-only methods' pool on database.read_url (nil
+	// when it is not set).
+	standby *store.Standby
 }
 
 // New builds every part of sheba from cfg, which must be valid
@@ -212,7 +213,7 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 		return err
 	}
 	a.hook = hookClient
-	standbyLink, err := newStandbyLink(a.standby, cfg.Database, keyIDs, log, registry)
+	standbyLink, needsDB, err := newStandbyLink(a.standby, cfg.Database, keyIDs, a.health.DatabaseUp, log, registry)
 	if err != nil {
 		return err
 	}
@@ -226,7 +227,7 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 		metrics:    m,
 		validator:  validator,
 		dbUp:       a.health.DatabaseUp,
-		needsDB:    server.DatabaseMethods(),
+		needsDB:    needsDB,
 		keys:       a.store,
 		idempotent: server.IdempotentMethods(),
 		keyTTL:     cfg.Idempotency.TTL,

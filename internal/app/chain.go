@@ -109,7 +109,9 @@ type chainDeps struct {
 //     failfast and idempotency, so it sees every call that got this far
 //     and a request it replaces is the one the idempotency key binds.
 //   - failfast: while the database is down, the calls that need it
-//     answer Unavailable at once rather than at their deadline.
+//     answer Unavailable at once rather than at their deadline (with
+//     database.read_url, the read-only ones are left to the standby link,
+//     which answers them from the standby, or Unavailable at once).
 //   - standby (with database.read_url only): right before the handler,
 //     so a call refused above takes no standby connection; a read-only
 //     call runs on a standby or on the primary, and a write is

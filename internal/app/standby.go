@@ -12,6 +12,7 @@ import (
 
 	"github.com/shebasvc/sheba/config"
 	"github.com/shebasvc/sheba/interceptors/apikey"
+	"github.com/shebasvc/sheba/interceptors/reason"
 	"github.com/shebasvc/sheba/interceptors/standby"
 	"github.com/shebasvc/sheba/server"
 	"github.com/shebasvc/sheba/store"
@@ -35,22 +36,31 @@ func openStandby(ctx context.Context, cfg config.Config, tp trace.TracerProvider
 }
 
 // newStandbyLink returns the chain's link that runs the read-only methods
-// on s (nil when s is nil: without read_url the chain has no such link,
-// and nothing costs anything), with its metrics registered in reg. It
-// remembers the writes of each key of keyIDs for database.read_max_lag.
-func newStandbyLink(s *store.Standby, c config.Database, keyIDs []string, log *slog.Logger, reg prometheus.Registerer) (grpc.UnaryServerInterceptor, error) {
+// on s, with its metrics registered in reg, and the methods that failfast
+// answers at once while the primary is down (primaryUp false): every one
+// that needs the database but those the link answers for itself, on the
+// standby. It remembers the writes of each key of keyIDs for
+// database.read_max_lag. When s is nil (no read_url) the chain has no
+// such link, and nothing costs anything.
+func newStandbyLink(s *store.Standby, c config.Database, keyIDs []string, primaryUp func() bool, log *slog.Logger, reg prometheus.Registerer) (_ grpc.UnaryServerInterceptor, failfast map[string]bool, _ error) {
+	failfast = server.DatabaseMethods()
 	if s == nil {
-		return nil, nil
+		return nil, failfast, nil
 	}
 	m := standby.NewMetrics()
 	for _, col := range []prometheus.Collector{m, s.Collector()} {
 		if err := reg.Register(col); err != nil {
-			return nil, fmt.Errorf("metrics: %w", err)
+			return nil, nil, fmt.Errorf("metrics: %w", err)
 		}
 	}
 	methods := standby.Methods{ReadOnly: server.ReadOnlyMethods(), Writes: server.WriteMethods()}
-	return standby.UnaryServerInterceptor(s, methods, apikey.IDFromContext,
-		standby.WithMaxLag(c.ReadMaxLag), standby.WithCallers(keyIDs...), standby.WithMetrics(m), standby.WithLogger(log)), nil
+	for method := range methods.ReadOnly {
+		delete(failfast, method)
+	}
+	link := standby.UnaryServerInterceptor(s, methods, apikey.IDFromContext,
+		standby.WithMaxLag(c.ReadMaxLag), standby.WithCallers(keyIDs...), standby.WithMetrics(m), standby.WithLogger(log),
+		standby.WithPrimaryDown(primaryUp, reason.OutcomeDatabaseDown.Err()))
+	return link, failfast, nil
 }
 
 // databasePools returns the pools by the name of their pool label in

@@ -49,8 +49,9 @@ const (
 	standbyRetry = time.Second
 )
 
-// UnknownLag is the lag of a standby that has not replayed anything it was
-// sent, nor any transaction since it started: not to be read from.
+// UnknownLag is the lag of a standby that is behind (or does not stream)
+// and has replayed no transaction since it started: its lag cannot be
+// known, and it is not to be read from.
 const UnknownLag = time.Duration(math.MaxInt64)
 
 // ErrStandbyDown is the error of Acquire while a standby that failed is
@@ -205,7 +206,7 @@ func (s *Standby) down() {
 func (s *Standby) Collector() prometheus.Collector {
 	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "sheba_db_standby_lag_seconds",
-		Help: "Replay lag of the standby (database.read_url) last measured on one of its connections: 0 while it has replayed all it received from the primary; +Inf when unknown.",
+		Help: "Replay lag of the standby (database.read_url) last measured on one of its connections: 0 while it streams and has replayed all it received from the primary; +Inf when unknown; NaN before the first measure.",
 	}, func() float64 { return math.Float64frombits(s.lastLag.Load()) })
 }
 

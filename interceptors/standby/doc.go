@@ -1,6 +1,6 @@
 // Package standby runs the read-only calls on a standby (a read replica)
-// when that gives the same answer as the primary would, and on the primary
-// otherwise (docs/operations.md#reading-from-standbys).
+// while it is recent enough, and on the primary otherwise
+// (docs/operations.md#reading-from-standbys).
 //
 // A read-only call runs on a connection to the standby (its context
 // carries the connection, store.StandbyConn.Context, so the handler's
@@ -11,10 +11,10 @@
 // came. A call that the standby answers NotFound runs again on the primary
 // before NotFound is answered, so what was just created is found; a call
 // that the standby fails (Unavailable, Internal, or its connection broke)
-// runs again on the primary too. A write (WithMethods) is remembered for
-// its caller when it ends, whatever its outcome: a write cut by its
-// deadline may have committed. Every other call, and everything a write
-// reads, runs on the primary.
+// runs again on the primary too, unless its deadline has passed. A write
+// (Methods.Writes) is remembered for its caller when it ends, whatever its
+// outcome: a write cut by its deadline may have committed. Every other
+// call, and everything a write reads, runs on the primary.
 //
 // Each read-only call is counted once in sheba_db_reads_total (Metrics) by
 // where it finally ran and why: target "standby", reason "ok"; or target

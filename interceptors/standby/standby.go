@@ -81,6 +81,8 @@ func (r *router) read(ctx context.Context, req any, handler grpc.UnaryHandler) (
 	resp, err := handler(conn.Context(ctx), req)
 	broken := conn.Release()
 	switch code := status.Code(err); {
+	case ctx.Err() != nil:
+		// The call's time is up: the primary could not answer it either.
 	case broken || code == codes.Unavailable || code == codes.Internal:
 		// The handler has logged the error it answered.
 		r.failed(ctx, nil)

@@ -108,8 +108,11 @@ func (f *Failover) Stale(conn *pgx.Conn) bool {
 
 // lost is told that a query on conn failed with err.
 func (f *Failover) lost(conn *pgx.Conn, err error) {
+	if !serverGone(err) {
+		return
+	}
 	g, ok := f.conns.Load(conn)
-	if !ok || !serverGone(err) {
+	if !ok {
 		return
 	}
 	if f.gen.CompareAndSwap(g.(uint64), g.(uint64)+1) {

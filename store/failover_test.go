@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -120,5 +121,37 @@ func TestFailoverDropsTheServersConnections(t *testing.T) {
 	again := backendPIDs(t, api, 3)
 	if n := api.Stat().NewConnsCount() - opened; n != 3 {
 		t.Errorf("after a second lost session the pool opened %d connections, want 3 (every one made before it dropped; pids %v then %v)", n, apiAfter, again)
+	}
+}
+
+// TestOpenPoolBoundsDeadServers checks the bounds OpenPool gives a pool
+// (docs/operations.md#postgres-cluster): connect_timeout 2 s per host
+// unless the URL gives one, a ping timeout, and a connection lifetime of
+// 30 minutes unless the URL sets pool_max_conn_lifetime.
+func TestOpenPoolBoundsDeadServers(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		url                   string
+		wantConnect, wantLife time.Duration
+	}{
+		{"postgres://u@127.0.0.1:1,127.0.0.1:2/db?target_session_attrs=read-write", 2 * time.Second, 30 * time.Minute},
+		{"postgres://u@127.0.0.1:1/db?connect_timeout=7&pool_max_conn_lifetime=5m", 7 * time.Second, 5 * time.Minute},
+		{"host=127.0.0.1 port=1 dbname=db connect_timeout=3", 3 * time.Second, 30 * time.Minute},
+	} {
+		pool, err := store.OpenPool(t.Context(), tc.url, 1, tracenoop.NewTracerProvider())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := pool.Config()
+		pool.Close()
+		if got := cfg.ConnConfig.ConnectTimeout; got != tc.wantConnect {
+			t.Errorf("%s: connect timeout %v, want %v", tc.url, got, tc.wantConnect)
+		}
+		if got := cfg.MaxConnLifetime; got != tc.wantLife {
+			t.Errorf("%s: connection lifetime %v, want %v", tc.url, got, tc.wantLife)
+		}
+		if cfg.PingTimeout <= 0 {
+			t.Errorf("%s: no ping timeout", tc.url)
+		}
 	}
 }

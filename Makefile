@@ -12,10 +12,12 @@ COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 BIN := bin/sheba
 # Packages under test: the service's module (./... leaves out the nested
-# modules: tools/ and the manifest checker, deploy/kubecheck, whose tests
-# run beside).
+# modules: tools/, the manifest checker, deploy/kubecheck, and the tests of
+# faults between sheba and Postgres, e2e/faults, whose tests run beside).
 PKGS := ./...
 KUBECHECK := GOWORK=off $(GO) -C deploy/kubecheck
+# (env: scripts/pg.sh runs it as a command.)
+FAULTS := env GOWORK=off $(GO) -C e2e/faults
 TESTFLAGS ?= -shuffle=on -count=1
 
 .PHONY: all build run test test-race fuzz generate generate-check lint vulncheck bench bench-limits clean dev-db-stop
@@ -58,17 +60,21 @@ TEST_PROGRAMS := redis-server=redis-server prometheus=prometheus promtool=promet
 # (installing the server first when it is missing and we are root). The npm
 # tools come first: Redocly lints the OpenAPI 3.1 document, and the tests of
 # build tag prism (e2e/prism_test.go) run the REST flow through Stoplight
-# Prism. The tools' own tests (tools/, a module of its own) run beside.
+# Prism. The tools' own tests (tools/, a module of its own) run beside, and
+# so do the tests of faults between sheba and Postgres (e2e/faults, a
+# module of its own for Toxiproxy), on a throwaway Postgres of their own.
 test: $(NPM_TOOLS)
 	bash scripts/need.sh $(TEST_PROGRAMS)
 	$(REDOCLY) lint --extends=recommended --format=stylish gen/openapiv3/sheba.openapi.json
 	bash scripts/pg.sh test -- $(GO) test -tags prism $(TESTFLAGS) $(PKGS)
+	bash scripts/pg.sh test -- $(FAULTS) test $(TESTFLAGS) ./...
 	GOWORK=off $(GO) -C tools test $(TESTFLAGS) ./...
 	$(KUBECHECK) test $(TESTFLAGS) ./...
 
 test-race: $(NPM_TOOLS)
 	bash scripts/need.sh $(TEST_PROGRAMS)
 	bash scripts/pg.sh test -- $(GO) test -tags prism -race $(TESTFLAGS) $(PKGS)
+	bash scripts/pg.sh test -- $(FAULTS) test -race $(TESTFLAGS) ./...
 	GOWORK=off $(GO) -C tools test -race $(TESTFLAGS) ./...
 	$(KUBECHECK) test -race $(TESTFLAGS) ./...
 
@@ -157,6 +163,7 @@ lint: $(NPM_TOOLS)
 	$(GO) vet -tags prism $(PKGS)
 	GOWORK=off $(GO) -C tools vet ./...
 	$(KUBECHECK) vet ./...
+	$(FAULTS) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
 	if [ -n "$$out" ]; then echo "gofmt needed: $$out" >&2; exit 1; fi
 

@@ -6,7 +6,8 @@
 // serves both the grpc.Server and the REST gateway's in-process channel:
 // request log → error details → metrics → recovery → auth → rate limits →
 // concurrency → timeout → validation (protovalidate) → hook → failfast →
-// idempotency → handler. No package here
+// standby (reads on a standby, with database.read_url) → idempotency →
+// handler. No package here
 // imports another, except the small shared ones (callinfo, reason,
 // retryafter) and the test helper; idempotency keeps its records through
 // package store.

@@ -172,3 +172,16 @@ func DatabaseMethods() map[string]bool {
 func IdempotentMethods() map[string]bool {
 	return methodsWhere(func(p shebav1.MethodPolicyTable) bool { return p.Idempotent })
 }
+
+// ReadOnlyMethods returns the full names of the methods that read the
+// database and change nothing (option (sheba.v1.policy).read_only): they
+// may run on a standby (docs/operations.md#reading-from-standbys).
+func ReadOnlyMethods() map[string]bool {
+	return methodsWhere(func(p shebav1.MethodPolicyTable) bool { return p.Database && p.ReadOnly })
+}
+
+// WriteMethods returns the full names of the methods that may change the
+// database: those that need it and are not read-only.
+func WriteMethods() map[string]bool {
+	return methodsWhere(func(p shebav1.MethodPolicyTable) bool { return p.Database && !p.ReadOnly })
+}

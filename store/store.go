@@ -77,13 +77,17 @@ func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
 }
 
 // db returns what a method called with ctx runs its SQL on: the transaction
-// of InTx, the LazyTx of ctx, or the pool.
+// of InTx, the LazyTx of ctx, the standby connection of ctx
+// (StandbyConn.Context), or the pool.
 func (s *Store) db(ctx context.Context) querier {
 	if tx, ok := TxFromContext(ctx); ok {
 		return tx
 	}
 	if lt, ok := lazyTxFromContext(ctx); ok {
 		return lazyQuerier{lt}
+	}
+	if c, ok := standbyFromContext(ctx); ok {
+		return c.conn
 	}
 	return s.pool
 }

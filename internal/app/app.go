@@ -79,6 +79,10 @@ type App struct {
 	// failover follows the primary in the three pools on database.url
 	// (docs/operations.md#postgres-cluster).
 	failover *store.Failover
+
+	// standby is the read-only methods' pool on database.read_url (nil
+	// when it is not set).
+	standby *store.Standby
 }
 
 // New builds every part of sheba from cfg, which must be valid
@@ -125,6 +129,9 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	// every second, each poll a trace of its own.
 	if a.hooksPool, err = store.OpenPool(ctx, cfg.Database.URL, cfg.Webhooks.DatabaseMaxConns, tracenoop.NewTracerProvider(),
 		store.WithCanceler(&a.conns), store.WithFailover(a.failover)); err != nil {
+		return nil, err
+	}
+	if a.standby, err = openStandby(ctx, cfg, tp, &a.conns); err != nil {
 		return nil, err
 	}
 	a.store = store.New(a.pool)
@@ -178,7 +185,7 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 		return fmt.Errorf("metrics: %w", err)
 	}
 	inflight := newInflightLimiter(cfg.Limits)
-	if err := registerCollectors(registry, store.PoolCollector(map[string]*pgxpool.Pool{store.PoolPrimary: a.pool, store.PoolRiver: a.hooksPool}), a.failover.Collector(), inflight, a.health); err != nil {
+	if err := registerCollectors(registry, store.PoolCollector(a.databasePools()), a.failover.Collector(), inflight, a.health); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
 	authn, keyIDs, err := newAuthenticator(cfg.Auth, m)
@@ -206,6 +213,10 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 		return err
 	}
 	a.hook = hookClient
+	standbyLink, needsDB, err := newStandbyLink(a.standby, cfg.Database, keyIDs, a.health.DatabaseUp, log, registry)
+	if err != nil {
+		return err
+	}
 	chain := unaryChain(chainDeps{
 		limits:     cfg.Limits,
 		authn:      authn,
@@ -216,13 +227,14 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 		metrics:    m,
 		validator:  validator,
 		dbUp:       a.health.DatabaseUp,
-		needsDB:    server.DatabaseMethods(),
+		needsDB:    needsDB,
 		keys:       a.store,
 		idempotent: server.IdempotentMethods(),
 		keyTTL:     cfg.Idempotency.TTL,
 		// paging.secret is the secret every replica shares already.
 		fingerprintKey: fpKey,
 		hook:           hookLink,
+		standby:        standbyLink,
 		extra:          o.interceptors,
 	})
 

@@ -65,6 +65,9 @@ type chainDeps struct {
 	fingerprintKey []byte
 	// hook is the external hook's link (nil: no hook).
 	hook grpc.UnaryServerInterceptor
+	// standby runs the read-only methods on a standby (nil: no
+	// database.read_url).
+	standby grpc.UnaryServerInterceptor
 	// extra run after every link above, right before the handler
 	// (WithUnaryInterceptor).
 	extra []grpc.UnaryServerInterceptor
@@ -106,7 +109,13 @@ type chainDeps struct {
 //     failfast and idempotency, so it sees every call that got this far
 //     and a request it replaces is the one the idempotency key binds.
 //   - failfast: while the database is down, the calls that need it
-//     answer Unavailable at once rather than at their deadline.
+//     answer Unavailable at once rather than at their deadline (with
+//     database.read_url, the read-only ones are left to the standby link,
+//     which answers them from the standby, or Unavailable at once).
+//   - standby (with database.read_url only): right before the handler,
+//     so a call refused above takes no standby connection; a read-only
+//     call runs on a standby or on the primary, and a write is
+//     remembered for its caller after idempotency has committed it.
 //   - idempotency (creates and cancel only): innermost, so a call rejected
 //     above takes no key nor connection, and its transaction, which begins
 //     at the handler's first statement and which the handler's writes
@@ -175,6 +184,9 @@ func chainLinks(d chainDeps) []link {
 	links = append(links,
 		link{"failfast", failfast.UnaryServerInterceptor(d.dbUp, d.needsDB, reason.OutcomeDatabaseDown.Row().Message)},
 	)
+	if d.standby != nil {
+		links = append(links, link{"standby", d.standby})
+	}
 	if d.keys != nil {
 		// A change's If-Match condition is part of its request.
 		keyed := idempotency.UnaryServerInterceptor(d.keys, apikey.IDFromContext,

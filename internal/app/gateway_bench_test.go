@@ -20,8 +20,8 @@ import (
 
 // BenchmarkGatewayJSON serves REST requests through the whole HTTP handler
 // (body guard, compression, gateway, in-process channel, the chain, the
-// handler) without a network: a ping, a lookup in Postgres, and a 400 from
-// validation, with tracing off; and a ping with tracing on and the request
+// handler) without a network: a ping, a lookup in Postgres (and the same
+// read from a standby), and a 400 from validation, with tracing off; and a ping with tracing on and the request
 // not sampled ("ping-unsampled"), what most requests are under a ratio
 // sampler.
 func BenchmarkGatewayJSON(b *testing.B) {
@@ -49,6 +49,11 @@ func gatewayJSONBenchCases(tb testing.TB) []benchCase {
 	}
 	untraced := handler()
 	unsampled := handler(WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))))
+	// The lookup read from a standby (database.read_url; here the same
+	// server, whose lag is 0), for the cost of the routing.
+	standbyCfg := cfg
+	standbyCfg.Database.ReadURL = cfg.Database.URL
+	viaStandby := benchApp(tb, standbyCfg).Handler()
 	const browserPing = "/sheba.v1.PingService/Ping"
 	var cases []benchCase
 	for _, bc := range []struct {
@@ -61,6 +66,7 @@ func gatewayJSONBenchCases(tb testing.TB) []benchCase {
 		{"ping", http.MethodGet, "/v1/ping", "", untraced, http.StatusOK, ""},
 		{"ping-unsampled", http.MethodGet, "/v1/ping", "", unsampled, http.StatusOK, ""},
 		{"get-account", http.MethodGet, "/v1/accounts/" + a.ID, "", untraced, http.StatusOK, ""},
+		{"get-account-standby", http.MethodGet, "/v1/accounts/" + a.ID, "", viaStandby, http.StatusOK, ""},
 		{"invalid-username", http.MethodPost, "/v1/accounts", `{"username":"X","password":"password1"}`, untraced, http.StatusBadRequest, ""},
 		// The browser protocols (docs/browser.md), through vanguard.
 		{"ping-connect-json", http.MethodPost, browserPing, "{}", untraced, http.StatusOK, "application/json"},

@@ -179,6 +179,9 @@ func (a *App) closeWithin(ctx, grace context.Context) (cut []string) {
 				wg.Go(p.Close)
 			}
 		}
+		if a.standby != nil {
+			wg.Go(a.standby.Close)
+		}
 		wg.Wait()
 	}()
 	if !waitDone(grace, closed) {

@@ -3,25 +3,29 @@ package main
 // failover: the switchover of e2e's TestFailoverSwitchover as a row of
 // figures. sheba on the multi-host URL of a primary and its synchronous
 // standby (copies of the bench's cluster), 4 clients creating
-// subscriptions over REST with Idempotency-Keys; the primary stops (fast)
-// and the standby is promoted. The figures: the longest time without a
-// successful write, the writes acknowledged yet lost, and the duplicates
-// left after every unanswered, 503 or 504 write is retried with its key
+// subscriptions over REST with Idempotency-Keys (e2e/keyedwrites, the
+// tests' careful client); the primary stops (fast) and the standby is
+// promoted. The figures: the longest time without a successful write, the
+// writes acknowledged yet lost, and the duplicates left after every
+// unanswered, 503 or 504 write is retried with its key
 // (docs/operations.md#postgres-cluster).
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/shebasvc/sheba/e2e/keyedwrites"
 )
 
 const scenFailover = "failover"
@@ -36,6 +40,10 @@ const (
 	// failoverAccounts is how many accounts without a subscription the
 	// writes may use: far more than the run makes at this machine's pace.
 	failoverAccounts = 20000
+	// failoverPace is the least time between the starts of two writes of
+	// one client: a 503 comes at once, and unpaced clients would spend
+	// their writes in the moments without a primary.
+	failoverPace = 10 * time.Millisecond
 	// failoverSettle is how long the writes run before the switchover and
 	// at least after the promotion, and failoverMinWrites how many must
 	// succeed in each.
@@ -45,155 +53,46 @@ const (
 	// promotion (docs/operations.md#postgres-cluster: within 5 s of the new
 	// primary accepting writes).
 	failoverRecovery = 5 * time.Second
-	// failoverBackoff is how long a writer waits after a write answered
-	// 503, 504 or not at all before its next one, so that a long switchover
-	// does not use up the accounts; Retry-After, in whole seconds, would
-	// blur the time without a successful write.
-	failoverBackoff = 50 * time.Millisecond
-	// failoverRetries bounds the keyed retries of one write, failoverRetryPause apart.
-	failoverRetries    = 20
-	failoverRetryPause = 250 * time.Millisecond
 )
 
-// keyedWrite is one create of a subscription and how it was answered.
-type keyedWrite struct {
-	account, key string
-	// code is the HTTP status, 0 when no answer came.
-	code int
-	body string
-	// at is when the answer (or the error) came.
-	at time.Time
-}
+// acknowledged reports whether a write was answered as made.
+func acknowledged(a keyedwrites.Answer) bool { return a.Err == nil && a.Code == http.StatusOK }
 
-// acknowledged reports whether the write was answered as made.
-func (w keyedWrite) acknowledged() bool { return w.code == http.StatusOK }
-
-// expected reports whether the answer is one a client may get during a
+// expected reports whether an answer is one a client may get during a
 // failover: 200, 503 DATABASE_UNAVAILABLE, 504 or none; never a 500 or the
-// driver's text.
-func (w keyedWrite) expected() bool {
-	if strings.Contains(w.body, "SQLSTATE") {
+// driver's text (keyedwrites.CheckAnswers checks them closer, for a test).
+func expected(a keyedwrites.Answer) bool {
+	if a.Err != nil {
+		return true
+	}
+	if bytes.Contains(a.Body, []byte("SQLSTATE")) {
 		return false
 	}
-	switch w.code {
-	case http.StatusOK, http.StatusGatewayTimeout, 0:
+	switch a.Code {
+	case http.StatusOK, http.StatusGatewayTimeout:
 		return true
 	case http.StatusServiceUnavailable:
-		return strings.Contains(w.body, "DATABASE_UNAVAILABLE")
+		return bytes.Contains(a.Body, []byte("DATABASE_UNAVAILABLE"))
 	}
 	return false
 }
 
-// retryable reports whether a client retries the write with its key: it
-// was not answered, or answered 503 or 504.
-func (w keyedWrite) retryable() bool {
-	return w.code == 0 || w.code == http.StatusServiceUnavailable || w.code == http.StatusGatewayTimeout
-}
-
 // subscriptionID is the id in an acknowledged write's answer.
-func (w keyedWrite) subscriptionID() (string, error) {
+func subscriptionID(a keyedwrites.Answer) (string, error) {
 	var sub struct{ ID string }
-	if err := json.Unmarshal([]byte(w.body), &sub); err != nil || sub.ID == "" {
-		return "", fmt.Errorf("write %s: answer %q has no subscription id", w.key, w.body)
+	if err := json.Unmarshal(a.Body, &sub); err != nil || sub.ID == "" {
+		return "", fmt.Errorf("write %s: answer %q has no subscription id", a.Key, a.Body)
 	}
 	return sub.ID, nil
 }
 
-// writeClient creates subscriptions on one sheba.
-type writeClient struct {
-	baseURL, apiKey string
-	client          *http.Client
-}
-
-// subscribe sends one keyed create of a subscription for account.
-func (c writeClient) subscribe(ctx context.Context, account, key string) keyedWrite {
-	w := keyedWrite{account: account, key: key}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, c.baseURL+"/v1/accounts/"+account+"/subscription", strings.NewReader(`{"plan":"pro"}`))
-	req.Header.Set("Content-Type", "application/json")
-	if c.apiKey != "" {
-		req.Header.Set("X-Api-Key", c.apiKey)
-	}
-	req.Header.Set("Idempotency-Key", key)
-	resp, err := c.client.Do(req)
-	w.at = time.Now()
-	if err != nil {
-		return w
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	w.code, w.body = resp.StatusCode, string(b)
-	return w
-}
-
-// writeLoad is failoverWriters clients creating a subscription for each
-// account in turn, each write with a key of its own, until stopped or the
-// accounts run out.
-type writeLoad struct {
-	c        writeClient
-	accounts []string
-
-	mu     sync.Mutex
-	writes []keyedWrite
-	// successes counts the writes answered 200.
-	successes atomic.Int64
-	// ranOut is set when every account was written to.
-	ranOut atomic.Bool
-}
-
-// run writes until ctx ends.
-func (l *writeLoad) run(ctx context.Context) {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range failoverWriters {
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				i := int(next.Add(1)) - 1
-				if i >= len(l.accounts) {
-					l.ranOut.Store(true)
-					return
-				}
-				w := l.c.subscribe(context.WithoutCancel(ctx), l.accounts[i], fmt.Sprintf(`"failover-%d"`, i))
-				if w.acknowledged() {
-					l.successes.Add(1)
-				}
-				l.mu.Lock()
-				l.writes = append(l.writes, w)
-				l.mu.Unlock()
-				if w.retryable() && sleep(ctx, failoverBackoff) != nil {
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-}
-
-// waitWrites waits at least d and until n more writes than now have
-// succeeded, at most a minute.
-func (l *writeLoad) waitWrites(ctx context.Context, d time.Duration, n int64, what string) error {
-	want := l.successes.Load() + n
-	start := time.Now()
-	for time.Since(start) < d || l.successes.Load() < want {
-		switch {
-		case l.ranOut.Load():
-			return fmt.Errorf("%s: the %d accounts ran out", what, len(l.accounts))
-		case time.Since(start) > time.Minute:
-			return fmt.Errorf("%s: %d successful writes in a minute, want %d", what, l.successes.Load()-want+n, n)
-		}
-		if err := sleep(ctx, 10*time.Millisecond); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // failoverOutcome is what a switchover under writes showed.
 type failoverOutcome struct {
-	writes []keyedWrite
+	// answers are the load's, final the same after the keyed retries.
+	answers, final []keyedwrites.Answer
 	// The primary was told to stop at stopped, was down at down; the
 	// standby accepted writes at promoted.
 	stopped, down, promoted time.Time
-	retried, unretried      int
 	// From the new primary, after the retries: the acknowledged writes
 	// missing there, the subscriptions and events beyond one per account
 	// written to, and the accounts written to without a subscription or
@@ -205,28 +104,21 @@ type failoverOutcome struct {
 func failoverFigures(o failoverOutcome) []figure {
 	var first time.Time
 	var acked []time.Time
-	counts := map[string]int{}
 	unexpected := 0
-	for _, w := range o.writes {
-		switch w.code {
-		case http.StatusOK, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-			counts[fmt.Sprint(w.code)]++
-		case 0:
-			counts["none"]++
-		}
-		if !w.expected() {
+	for _, a := range o.answers {
+		if !expected(a) {
 			unexpected++
 		}
-		if !w.acknowledged() {
+		if !acknowledged(a) {
 			continue
 		}
-		acked = append(acked, w.at)
-		if !w.at.Before(o.promoted) && (first.IsZero() || w.at.Before(first)) {
-			first = w.at
+		acked = append(acked, a.At)
+		if !a.At.Before(o.promoted) && (first.IsZero() || a.At.Before(first)) {
+			first = a.At
 		}
 	}
-	// The writers record their answers in about the order they came, not
-	// exactly.
+	// The clients record their answers in the order of the writes, not of
+	// the answers.
 	slices.SortFunc(acked, time.Time.Compare)
 	var gap time.Duration
 	for i := 1; i < len(acked); i++ {
@@ -238,6 +130,19 @@ func failoverFigures(o failoverOutcome) []figure {
 	if !first.IsZero() {
 		recovery = goalFig(recovery.Name, round2(first.Sub(o.promoted).Seconds()), " s", "<=", failoverRecovery.Seconds())
 	}
+	var retried, made, unsettled int
+	for i, a := range o.final {
+		if !acknowledged(a) {
+			unsettled++
+		}
+		if i < len(o.answers) && !acknowledged(o.answers[i]) {
+			retried++
+			if a.Replayed {
+				made++
+			}
+		}
+	}
+	tally := keyedwrites.Tally(o.answers)
 	return []figure{
 		fig("seconds without a successful write", round2(gap.Seconds()), " s"),
 		recovery,
@@ -245,15 +150,16 @@ func failoverFigures(o failoverOutcome) []figure {
 		goalFig("duplicates after keyed retries", float64(o.duplicates), "", "==", 0),
 		goalFig("accounts without one subscription and one event", float64(o.missing), "", "==", 0),
 		goalFig("answers other than 200, 503 DATABASE_UNAVAILABLE or 504", float64(unexpected), "", "==", 0),
-		goalFig("writes not answered 200 after their retries", float64(o.unretried), "", "==", 0),
+		goalFig("writes not answered 200 after their retries", float64(unsettled), "", "==", 0),
 		fig("switchover: the primary's stop", round2(o.down.Sub(o.stopped).Seconds()), " s"),
 		fig("the promotion", round2(o.promoted.Sub(o.down).Seconds()), " s"),
-		fig("writes", float64(len(o.writes)), ""),
-		fig("answered 200", float64(counts["200"]), ""),
-		fig("503", float64(counts["503"]), ""),
-		fig("504", float64(counts["504"]), ""),
-		fig("no answer", float64(counts["none"]), ""),
-		fig("retried with their keys", float64(o.retried), ""),
+		fig("writes", float64(len(o.answers)), ""),
+		fig("answered 200", float64(tally["200"]), ""),
+		fig("503", float64(tally["503"]), ""),
+		fig("504", float64(tally["504"]), ""),
+		fig("no answer", float64(tally["unanswered"]), ""),
+		fig("retried with their keys", float64(retried), ""),
+		fig("of which made before (the retry replayed them)", float64(made), ""),
 	}
 }
 
@@ -290,7 +196,7 @@ func (b *bench) failover(ctx context.Context, logf func(string, ...any)) (figure
 	if err := b.startCopy(ctx, primary); err != nil {
 		return row, err
 	}
-	accounts, err := insertFailoverAccounts(ctx, primary.url("sheba"), failoverAccounts)
+	writes, err := failoverWrites(ctx, primary.url("sheba"), failoverAccounts)
 	if err != nil {
 		return row, err
 	}
@@ -313,25 +219,61 @@ func (b *bench) failover(ctx context.Context, logf func(string, ...any)) (figure
 		return row, err
 	}
 	multi := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/sheba?sslmode=disable&target_session_attrs=read-write", primary.port, standby.port)
-	srv, err := b.startSheba(ctx, "sheba-failover", shebaConfig{maxInflight: b.opts.inflightHigh, sampler: "always_off", databaseURL: multi})
+	srv, err := b.startSheba(ctx, "sheba-failover", shebaConfig{maxInflight: b.opts.inflightHigh, sampler: "always_off", databaseURL: multi,
+		env: []string{"SHEBA_WEBHOOKS_ALLOW_PRIVATE_NETWORKS=true"}})
 	if err != nil {
 		return row, err
 	}
 	defer srv.proc.stop(5 * time.Second)
 
-	c := writeClient{baseURL: srv.httpURL, client: &http.Client{Timeout: 10 * time.Second}}
+	var successes atomic.Int64
+	c := keyedwrites.Client{BaseURL: srv.httpURL, HTTP: &http.Client{Timeout: 10 * time.Second}, Pace: failoverPace,
+		Answered: func(a keyedwrites.Answer) {
+			if acknowledged(a) {
+				successes.Add(1)
+			}
+		}}
 	if b.opts.auth {
-		c.apiKey = b.key.key
+		c.Key = b.key.key
 	}
-	load := &writeLoad{c: c, accounts: accounts}
+	// An event no endpoint receives is deleted once fanned out: a receiver
+	// keeps them, to be counted.
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer rcv.Close()
+	if err := createEndpoint(ctx, c, rcv.URL+"/hook", "subscription.created"); err != nil {
+		return row, err
+	}
+
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	done := make(chan struct{})
+	var o failoverOutcome
 	go func() {
 		defer close(done)
-		load.run(loadCtx)
+		o.answers = c.Load(loadCtx, failoverWriters, writes)
 	}()
-	var o failoverOutcome
-	err = load.waitWrites(ctx, failoverSettle, failoverMinWrites, "writes before the switchover")
+	// waitWrites waits at least failoverSettle and failoverMinWrites more
+	// successes, at most a minute.
+	waitWrites := func(what string) error {
+		want, start := successes.Load()+failoverMinWrites, time.Now()
+		for time.Since(start) < failoverSettle || successes.Load() < want {
+			select {
+			case <-done:
+				return fmt.Errorf("%s: the %d accounts ran out", what, len(writes))
+			default:
+			}
+			if time.Since(start) > time.Minute {
+				return fmt.Errorf("%s: %d successful writes in a minute, want %d", what, successes.Load()-want+failoverMinWrites, failoverMinWrites)
+			}
+			if err := sleep(ctx, 10*time.Millisecond); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	err = waitWrites("writes before the switchover")
 	if err == nil {
 		o.stopped = time.Now()
 		if err = primary.stop(ctx, "fast"); err == nil {
@@ -341,16 +283,15 @@ func (b *bench) failover(ctx context.Context, logf func(string, ...any)) (figure
 		o.promoted = time.Now()
 	}
 	if err == nil {
-		err = load.waitWrites(ctx, failoverSettle, failoverMinWrites, "writes after the promotion")
+		err = waitWrites("writes after the promotion")
 	}
 	stopLoad()
 	<-done
 	if err != nil {
 		return row, err
 	}
-	logf("  %d writes; retrying the unanswered ones with their keys", len(load.writes))
-	o.writes = load.writes
-	o.retried, o.unretried = retryUnanswered(ctx, c, o.writes)
+	logf("  %d writes; retrying the unanswered, 503 and 504 ones with their keys", len(o.answers))
+	o.final = c.Retry(ctx, o.answers)
 	if err := checkWrites(ctx, standby.url("sheba"), &o); err != nil {
 		return row, err
 	}
@@ -358,9 +299,9 @@ func (b *bench) failover(ctx context.Context, logf func(string, ...any)) (figure
 	return row, nil
 }
 
-// insertFailoverAccounts inserts n accounts without a subscription on url and
-// returns their ids.
-func insertFailoverAccounts(ctx context.Context, url string, n int) ([]string, error) {
+// failoverWrites inserts n accounts without a subscription on url and
+// returns a keyed write for each.
+func failoverWrites(ctx context.Context, url string, n int) ([]keyedwrites.Write, error) {
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return nil, err
@@ -373,42 +314,49 @@ func insertFailoverAccounts(ctx context.Context, url string, n int) ([]string, e
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	writes := make([]keyedwrites.Write, len(ids))
+	for i, id := range ids {
+		writes[i] = keyedwrites.Write{Key: fmt.Sprintf("failover-%d", i), AccountID: id}
+	}
+	return writes, nil
 }
 
-// retryUnanswered sends every write not answered 200 again with its key
-// while it is answered 503, 504 or not at all, at most failoverRetries
-// times each: the writes retried, and those not answered 200 in the end (a
-// 409 says the key did not find the first write).
-func retryUnanswered(ctx context.Context, c writeClient, writes []keyedWrite) (retried, unanswered int) {
-	for _, w := range writes {
-		if w.acknowledged() {
-			continue
-		}
-		retried++
-		r := w
-		for range failoverRetries {
-			if r = c.subscribe(ctx, w.account, w.key); !r.retryable() || sleep(ctx, failoverRetryPause) != nil {
-				break
-			}
-		}
-		if !r.acknowledged() {
-			unanswered++
-		}
+// createEndpoint registers url as a webhook endpoint of eventType with c's
+// key.
+func createEndpoint(ctx context.Context, c keyedwrites.Client, url, eventType string) error {
+	body, _ := json.Marshal(map[string]any{"url": url, "eventTypes": []string{eventType}})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.BaseURL+"/v1/webhookEndpoints", bytes.NewReader(body))
+	if err != nil {
+		return err
 	}
-	return retried, unanswered
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Api-Key", c.Key)
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return fmt.Errorf("create a webhook endpoint: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		answer, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("create a webhook endpoint: HTTP %d %s", resp.StatusCode, answer)
+	}
+	return nil
 }
 
 // checkWrites fills o's lost, duplicates and missing from the new primary.
 func checkWrites(ctx context.Context, url string, o *failoverOutcome) error {
 	var acked, accounts []string
-	for _, w := range o.writes {
+	for _, a := range o.answers {
 		// Each account is written to once.
-		accounts = append(accounts, w.account)
-		if !w.acknowledged() {
+		accounts = append(accounts, a.AccountID)
+		if !acknowledged(a) {
 			continue
 		}
-		id, err := w.subscriptionID()
+		id, err := subscriptionID(a)
 		if err != nil {
 			return err
 		}

@@ -127,16 +127,22 @@ func (b *bench) baseBackup(ctx context.Context, src *postgres, name string, stan
 		return nil, err
 	}
 	b.copies = append(b.copies, cp)
+	return cp, cp.appendConf("unix_socket_directories = ''")
+}
+
+// appendConf adds lines to a stopped copy's postgresql.conf; later lines
+// win.
+func (pg *postgres) appendConf(lines ...string) error {
 	// Appended as root, the file keeps its owner.
-	f, err := os.OpenFile(filepath.Join(cp.data, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	f, err := os.OpenFile(filepath.Join(pg.data, "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	_, err = f.WriteString("unix_socket_directories = ''\n")
+	_, err = f.WriteString(strings.Join(lines, "\n") + "\n")
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	return cp, err
+	return err
 }
 
 // startCopy starts a copy on a free port of 127.0.0.1 (another, when the

@@ -308,21 +308,19 @@ func (b *bench) failover(ctx context.Context, logf func(string, ...any)) (figure
 // failoverWrites inserts n accounts without a subscription on url and
 // returns a keyed write for each.
 func failoverWrites(ctx context.Context, url string, n int) ([]keyedwrites.Write, error) {
-	conn, err := pgx.Connect(ctx, url)
+	var ids []string
+	err := withConn(ctx, url, func(ctx context.Context, conn *pgx.Conn) error {
+		rows, err := conn.Query(ctx, `
+			INSERT INTO accounts (username, password_hash)
+			SELECT 'failover-' || g, 'no-login' FROM generate_series(1, $1::int) AS g
+			RETURNING id::text`, n)
+		if err == nil {
+			ids, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		}
+		return err
+	})
 	if err != nil {
-		return nil, err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	rows, err := conn.Query(ctx, `
-		INSERT INTO accounts (username, password_hash)
-		SELECT 'failover-' || g, 'no-login' FROM generate_series(1, $1::int) AS g
-		RETURNING id::text`, n)
-	if err != nil {
-		return nil, err
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("insert the accounts: %w", err)
 	}
 	writes := make([]keyedwrites.Write, len(ids))
 	for i, id := range ids {

@@ -236,24 +236,27 @@ func (pg *postgres) waitStandby(ctx context.Context, name string, sync bool) err
 
 // execSQL runs statements on a connection of its own to url.
 func execSQL(ctx context.Context, url string, stmts ...string) error {
-	ctx, cancel := context.WithTimeout(ctx, pgWait)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	for _, s := range stmts {
-		if _, err := conn.Exec(ctx, s); err != nil {
-			return fmt.Errorf("%s: %w", s, err)
+	return withConn(ctx, url, func(ctx context.Context, conn *pgx.Conn) error {
+		for _, s := range stmts {
+			if _, err := conn.Exec(ctx, s); err != nil {
+				return fmt.Errorf("%s: %w", s, err)
+			}
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // queryRow runs a query of one row on a connection of its own to url and
 // scans it into dest.
 func queryRow(ctx context.Context, url string, dest []any, sql string, args ...any) error {
+	return withConn(ctx, url, func(ctx context.Context, conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, sql, args...).Scan(dest...)
+	})
+}
+
+// withConn calls f with a new connection to url, closed after it, and a
+// context that ends after pgWait.
+func withConn(ctx context.Context, url string, f func(context.Context, *pgx.Conn) error) error {
 	ctx, cancel := context.WithTimeout(ctx, pgWait)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, url)
@@ -261,5 +264,5 @@ func queryRow(ctx context.Context, url string, dest []any, sql string, args ...a
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	return conn.QueryRow(ctx, sql, args...).Scan(dest...)
+	return f(ctx, conn)
 }

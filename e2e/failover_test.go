@@ -13,9 +13,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/shebasvc/sheba/config"
 	"github.com/shebasvc/sheba/e2e/keyedwrites"
+	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
+	"github.com/shebasvc/sheba/interceptors/reason"
 	"github.com/shebasvc/sheba/internal/app"
 	"github.com/shebasvc/sheba/store/storetest/pgcluster"
 	"github.com/shebasvc/sheba/webhooks/webhookstest"
@@ -162,7 +167,9 @@ func TestFailoverSwitchover(t *testing.T) {
 // TestFailoverDemotedPrimary makes the primary read-only while it stays up
 // (SQLSTATE 25006 to every write, as a demoted primary answers) and
 // promotes the standby: writes recover within recoveryBound of the
-// promotion, and so do webhook deliveries.
+// promotion, and so do webhook deliveries. Between the demotion and the
+// promotion a write answers UNAVAILABLE DATABASE_UNAVAILABLE with
+// RetryInfo on gRPC and the browser protocols too (REST: the load).
 func TestFailoverDemotedPrimary(t *testing.T) {
 	t.Parallel()
 	c, e, rcv, load := startFailoverLoad(t)
@@ -174,10 +181,26 @@ func TestFailoverDemotedPrimary(t *testing.T) {
 	waitFor(t, 30*time.Second, "a write refused by the read-only primary", func() bool {
 		return strings.Contains(e.logs.String(), "SQLSTATE 25006")
 	})
+	// No server accepts writes now, until the promotion: a write answers
+	// alike on gRPC and the browser protocols.
+	var spare []string
+	c.Primary.QueryRow(t, `SELECT array_agg(id::text) FROM (SELECT id FROM accounts WHERE username LIKE 'writer-%' ORDER BY substr(username, 8)::int DESC LIMIT 2) AS a`).Scan(&spare)
+	var header metadata.MD
+	_, err := e.sub.CreateSubscription(t.Context(), &shebav1.CreateSubscriptionRequest{AccountId: spare[0], Plan: "pro"}, grpc.Header(&header))
+	wantGRPCDetails(t, "gRPC write without a primary", err, header, codes.Unavailable, reason.DatabaseUnavailable)
+	for _, p := range browserProtocols {
+		a := browserCall[shebav1.CreateSubscriptionRequest, shebav1.CreateSubscriptionResponse](t, e, p, shebav1.SubscriptionService_CreateSubscription_FullMethodName,
+			&shebav1.CreateSubscriptionRequest{AccountId: spare[1], Plan: "pro"}, testKey)
+		wantBrowserError(t, a, codes.Unavailable, reason.DatabaseUnavailable, "")
+	}
+
 	c.Standby.Promote(t)
 	promoted := time.Now()
 	load.waitSuccesses(t, 20, "writes after the promotion")
 	load.finish(t, "demoted primary", demoted, promoted, c.Standby)
+	if _, err := e.sub.CreateSubscription(t.Context(), &shebav1.CreateSubscriptionRequest{AccountId: spare[0], Plan: "pro"}); err != nil {
+		t.Errorf("gRPC write after the promotion: %v", err)
+	}
 
 	// Deliveries recover: a subscription made after the promotion reaches
 	// the receiver.

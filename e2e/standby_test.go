@@ -108,7 +108,7 @@ func (e *testEnv) getSubscription(t *testing.T, transport, key, account string) 
 		return id, etag, http.StatusOK
 	}
 	a := browserCall[shebav1.GetSubscriptionRequest, shebav1.GetSubscriptionResponse](t, e, transport,
-		"/sheba.v1.SubscriptionService/GetSubscription", &shebav1.GetSubscriptionRequest{AccountId: account}, key)
+		shebav1.SubscriptionService_GetSubscription_FullMethodName, &shebav1.GetSubscriptionRequest{AccountId: account}, key)
 	if a.st != nil {
 		return "", "", runtime.HTTPStatusFromCode(a.st.Code())
 	}

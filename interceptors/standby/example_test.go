@@ -7,6 +7,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
 
+	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/interceptors/standby"
 	"github.com/shebasvc/sheba/store"
 )
@@ -22,8 +23,8 @@ func Example() {
 	}
 	defer s.Close()
 	methods := standby.Methods{
-		ReadOnly: map[string]bool{"/sheba.v1.AccountService/GetAccount": true},
-		Writes:   map[string]bool{"/sheba.v1.AccountService/CreateAccount": true},
+		ReadOnly: map[string]bool{shebav1.AccountService_GetAccount_FullMethodName: true},
+		Writes:   map[string]bool{shebav1.AccountService_CreateAccount_FullMethodName: true},
 	}
 	caller := func(context.Context) string { return "" } // apikey.IDFromContext
 	interceptor := standby.UnaryServerInterceptor(s, methods, caller)
@@ -33,7 +34,7 @@ func Example() {
 		// decided.
 		return "ran", nil
 	}
-	info := &grpc.UnaryServerInfo{FullMethod: "/sheba.v1.AccountService/GetAccount"}
+	info := &grpc.UnaryServerInfo{FullMethod: shebav1.AccountService_GetAccount_FullMethodName}
 	out, err := interceptor(ctx, nil, info, handler)
 	fmt.Println(out, err)
 	// Output:

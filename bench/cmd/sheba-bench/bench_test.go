@@ -387,7 +387,7 @@ func TestWebhookFigures(t *testing.T) {
 			t.Errorf("got %q, want %q", got, test.want)
 		}
 	}
-	table := renderWebhookTable([]webhookReport{{Name: "outage", About: "down 60s", Seconds: 90.4, Figures: []figure{
+	table := renderWebhookTable([]figureRow{{Name: "outage", About: "down 60s", Seconds: 90.4, Figures: []figure{
 		goalFig("a", 1, "", "<=", 1), goalFig("b", 2, "", "<=", 1), fig("c", 3, ""),
 	}}})
 	if want := "| outage: down 60s | a 1 (goal ≤ 1 ✓); b 2 (goal ≤ 1 ✗); c 3 | 1 of 2 | 1m30s |\n"; !strings.HasSuffix(table, want) {

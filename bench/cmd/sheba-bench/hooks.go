@@ -170,6 +170,9 @@ func (m *hookMeter) stop(ctx context.Context, r *result, wall time.Duration) err
 // spent and answered. The goals' figures come first, once every row is
 // measured (report.judgeAll).
 func (s scenario) figures(sr scenarioReport) []figure {
+	if s.standby {
+		return standbyFigures(sr)
+	}
 	var out []figure
 	if !s.added || len(sr.Sides) != 2 {
 		return out

@@ -60,6 +60,9 @@ type result struct {
 	HookChecks int64   `json:"hook_checks,omitempty"`
 	CPUHook    float64 `json:"cpu_hook,omitempty"`
 	CPUHookSec float64 `json:"cpu_hook_seconds,omitempty"`
+
+	// With a standby (side.standby): CPUServerSec in parts.
+	CPUSplit *cpuSplit `json:"cpu_split,omitempty"`
 }
 
 // loadEnv is what every load generator needs to run.

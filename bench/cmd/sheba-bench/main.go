@@ -226,6 +226,14 @@ type bench struct {
 	pgbenchScript string
 	servers       map[string]*server
 	stderr        io.Writer
+
+	// The copies of the cluster (pgcopy.go): their folder, the copies
+	// made, whether the cluster serves replication yet, and the standby
+	// get-subscription-standby reads from while it runs.
+	pgCopies           string
+	copies             []*postgres
+	replicationAllowed bool
+	standby            *postgres
 }
 
 // binaries are the paths of the programs the run uses.
@@ -277,12 +285,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 
 	// Tools first: fail before building anything.
 	if want("ping-rest", "error-rest", "readyz", "get-subscription", "get-subscription-pgbench", "ping-rest-traced", "ping-rest-redis",
-		"hook-echo", "hook-echo-subscription", "hook-cached", "hook-ext-authz") {
+		"hook-echo", "hook-echo-subscription", "hook-cached", "hook-ext-authz", scenGetSubscriptionStandby) {
 		if b.bins.wrk, err = ensureWrk(ctx, logf); err != nil {
 			return err
 		}
 	}
 	b.bins.pgBindir = b.pg.bindir
+	if want(scenGetSubscriptionStandby, scenFailover) {
+		// The copies of the cluster (pgcopy.go).
+		for _, p := range []string{"pg_basebackup", "pg_ctl"} {
+			if st, err := os.Stat(filepath.Join(b.bins.pgBindir, p)); err != nil || st.Mode()&0o111 == 0 {
+				return fmt.Errorf("%s not found in %s: the standby rows need it (Debian: apt-get install postgresql)", p, b.bins.pgBindir)
+			}
+		}
+	}
 	if want("get-subscription-pgbench") {
 		if b.bins.pgbench, err = findPgbench(b.bins.pgBindir); err != nil {
 			return err
@@ -363,11 +379,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
+		if s.done != nil {
+			if err := s.done(); err != nil {
+				return fmt.Errorf("%s: %w", s.name, err)
+			}
+		}
 		rep.Scenarios = append(rep.Scenarios, sr)
 	}
 	if want(webhookScenarios...) {
 		plans := resultsPath(filepath.Join(b.repo, opts.resultsDir), rep, "-plans.txt")
 		if rep.Webhooks, err = b.runWebhookScenarios(ctx, opts.scenarios, plans, logf); err != nil {
+			return err
+		}
+	}
+	if want(clusterScenarios...) {
+		if rep.Cluster, err = b.runClusterScenarios(ctx, logf); err != nil {
 			return err
 		}
 	}
@@ -380,6 +406,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	}
 	fmt.Fprint(stdout, renderTable(rep))
 	fmt.Fprint(stdout, renderWebhookTable(rep.Webhooks))
+	fmt.Fprint(stdout, renderFigureTable("cluster scenario", rep.Cluster))
 	rel, _ := filepath.Rel(b.repo, path)
 	fmt.Fprintf(stdout, "\nRaw numbers: %s (took %v)\n", rel, rep.Finished.Sub(rep.Started).Round(time.Second))
 	if svg, err := writeChart(path, rep); err != nil {
@@ -553,6 +580,12 @@ func (b *bench) ensureServer(ctx context.Context, key string) (*server, error) {
 		s, err = b.startHookEcho(ctx, key, "continue")
 	case srvHookEchoCached:
 		s, err = b.startHookEcho(ctx, key, "cached")
+	case srvShebaStandby:
+		var st *postgres
+		if st, err = b.ensureStandby(ctx); err == nil {
+			s, err = b.startSheba(ctx, key, shebaConfig{maxInflight: b.opts.inflightHigh, sampler: "always_off",
+				env: []string{"SHEBA_DATABASE_READ_URL=" + st.url("sheba")}})
+		}
 	case srvShebaTrace:
 		s, err = b.startSheba(ctx, key, shebaConfig{maxInflight: b.opts.inflightHigh, sampler: "always_on"})
 	case srvHTTPPing:
@@ -571,12 +604,13 @@ func (b *bench) ensureServer(ctx context.Context, key string) (*server, error) {
 	return s, nil
 }
 
-// stopAll stops every process the run started. Postgres is scripts/pg.sh's
-// to stop, once the driver has exited.
+// stopAll stops every process the run started, and the copies of the
+// cluster. Postgres is scripts/pg.sh's to stop, once the driver has exited.
 func (b *bench) stopAll() {
 	for _, s := range b.servers {
 		s.proc.stop(5 * time.Second)
 	}
+	b.stopCopies()
 	if b.sink != nil {
 		b.sink.proc.stop(2 * time.Second)
 	}
@@ -642,7 +676,7 @@ func (b *bench) runScenario(ctx context.Context, s scenario) (scenarioReport, er
 func (b *bench) runPairs(ctx context.Context, sr *scenarioReport, sides []side, loads []load, srvs, hooks []*server, env loadEnv, n int) error {
 	for pair := range n {
 		for i := range sides {
-			r, err := b.measure(ctx, env, loads[i], srvs[i], hooks[i], sides[i].hookMayCache)
+			r, err := b.measure(ctx, env, loads[i], srvs[i], hooks[i], sides[i])
 			if err != nil && ctx.Err() == nil {
 				// One failed run (a generator that could not connect in time on
 				// a busy machine, say) should not cost the whole table: retry
@@ -657,7 +691,7 @@ func (b *bench) runPairs(ctx context.Context, sr *scenarioReport, sides []side, 
 					}
 					loads[i] = sides[i].load(srvs[i])
 				}
-				r, err = b.measure(ctx, env, loads[i], srvs[i], hooks[i], sides[i].hookMayCache)
+				r, err = b.measure(ctx, env, loads[i], srvs[i], hooks[i], sides[i])
 			}
 			if err != nil {
 				return fmt.Errorf("pair %d, %s: %w", pair+1, sides[i].label, err)
@@ -672,26 +706,30 @@ func (b *bench) runPairs(ctx context.Context, sr *scenarioReport, sides []side, 
 	return nil
 }
 
-// measure runs one load and records the server's peak RSS during it, the
-// CPU the server process and Postgres used, and how busy the two CPUs were;
-// with a hook server, its CPU and checks apart (hookMeter).
-func (b *bench) measure(ctx context.Context, env loadEnv, l load, srv, hook *server, hookMayCache bool) (result, error) {
+// measure runs one load of side sd and records the server's peak RSS
+// during it, the CPU the server process and Postgres used, and how busy the
+// two CPUs were; with a hook server, its CPU and checks apart (hookMeter);
+// with the standby, its CPU in the server's, and the parts (cpuSplit).
+func (b *bench) measure(ctx context.Context, env loadEnv, l load, srv, hook *server, sd side) (result, error) {
 	pid := 0
 	if srv != nil {
 		pid = srv.proc.pid()
 		resetPeakRSS(pid)
 	}
-	hm, err := startHookMeter(ctx, hook, hookMayCache)
+	hm, err := startHookMeter(ctx, hook, sd.hookMayCache)
 	if err != nil {
 		return result{}, err
 	}
-	pgPID := b.pg.postmasterPID()
+	pgPID, standbyPID := b.pg.postmasterPID(), 0
+	if sd.standby && b.standby != nil {
+		standbyPID = b.standby.postmasterPID()
+	}
 	cores0 := readCPUTimes()
-	srv0 := treeCPUTicks(pid) + treeCPUTicks(pgPID)
+	proc0, pg0, st0 := treeCPUTicks(pid), treeCPUTicks(pgPID), treeCPUTicks(standbyPID)
 	start := time.Now()
 	r, err := l.run(ctx, env, b.opts.duration)
 	wall := time.Since(start)
-	srv1 := treeCPUTicks(pid) + treeCPUTicks(pgPID)
+	proc1, pg1, st1 := treeCPUTicks(pid), treeCPUTicks(pgPID), treeCPUTicks(standbyPID)
 	cores1 := readCPUTimes()
 	if err == nil && r.Requests == 0 {
 		err = errors.New("no request completed")
@@ -708,7 +746,10 @@ func (b *bench) measure(ctx context.Context, env loadEnv, l load, srv, hook *ser
 		}
 		r.PeakRSSKiB, _ = peakRSSKiB(pid)
 	}
-	r.CPUServerSec = float64(srv1-srv0) / userHZ
+	r.CPUServerSec = float64(proc1-proc0+pg1-pg0+st1-st0) / userHZ
+	if sd.standby {
+		r.CPUSplit = &cpuSplit{ProcessSec: float64(proc1-proc0) / userHZ, PrimarySec: float64(pg1-pg0) / userHZ, StandbySec: float64(st1-st0) / userHZ}
+	}
 	r.CPUServer = r.CPUServerSec / wall.Seconds()
 	r.CPUServerCore = busy(cores0, cores1, max(b.opts.serverCPU, 0))
 	r.CPULoadCore = busy(cores0, cores1, max(b.opts.loadCPU, 0))

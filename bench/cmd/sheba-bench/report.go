@@ -17,7 +17,9 @@ type report struct {
 	Machine   machine          `json:"machine"`
 	Options   map[string]any   `json:"options"`
 	Scenarios []scenarioReport `json:"scenarios"`
-	Webhooks  []webhookReport  `json:"webhooks,omitempty"`
+	Webhooks  []figureRow      `json:"webhooks,omitempty"`
+	// Cluster are the rows about a Postgres cluster (failover).
+	Cluster []figureRow `json:"cluster,omitempty"`
 }
 
 type scenarioReport struct {
@@ -277,6 +279,11 @@ func renderTable(rep report) string {
 					rateRatio += " †"
 				}
 				goalCell = judge(s, byName).String()
+				if goalCell == "" {
+					// A goal on a figure of the row's own
+					// (get-subscription-standby's primary CPU).
+					goalCell = strings.Join(figureStrings(goalFigures(s.Figures)), "; ")
+				}
 			}
 			rss := "n/a"
 			if sd.Summary.PeakRSSKiB > 0 {
@@ -303,6 +310,17 @@ func renderTable(rep report) string {
 		b.WriteString("- " + n + "\n")
 	}
 	return b.String()
+}
+
+// goalFigures are the figures of fs that have a goal.
+func goalFigures(fs []figure) []figure {
+	var out []figure
+	for _, f := range fs {
+		if f.Met != nil {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // notes are the conclusions printed under the table.

@@ -24,6 +24,9 @@ type side struct {
 	// cache of the hook's decisions.
 	hook         string
 	hookMayCache bool
+	// standby: the server CPU counts the bench's standby too, and each run
+	// records sheba's, the primary's and the standby's apart (cpuSplit).
+	standby bool
 }
 
 // scenario is one row pair of the table: A (sheba) against B (its
@@ -42,6 +45,12 @@ type scenario struct {
 	// added: B is A without one thing (the hook), so the note and the JSON
 	// give what A adds per request: server CPU, p50 and p99.
 	added bool
+	// standby: the figures are the primary's, the standby's and sheba's
+	// CPU per request apart (standbyFigures).
+	standby bool
+	// done, when set, runs once the row is measured: it stops what only
+	// this row needs.
+	done func() error
 }
 
 // Server keys of bench.servers.
@@ -70,11 +79,11 @@ const (
 // run.
 var loadScenarioNames = []string{"ping-rest", "ping-grpc", "error-rest", "readyz", "get-subscription", "get-subscription-pgbench", "login-overload", "ping-rest-traced",
 	"ping-rest-redis", "adaptive-overload", "hook-echo", "hook-echo-subscription", "hook-cached", "hook-ext-authz",
-	"ping-connect-json", "ping-connect-proto", "ping-grpc-web"}
+	"ping-connect-json", "ping-connect-proto", "ping-grpc-web", scenGetSubscriptionStandby}
 
 // scenarioNames is every scenario in the order they run: the load
-// scenarios, then the webhook ones.
-var scenarioNames = append(slices.Clip(loadScenarioNames), webhookScenarios...)
+// scenarios, then the webhook ones, then failover.
+var scenarioNames = slices.Concat(loadScenarioNames, webhookScenarios, clusterScenarios)
 
 // scenarios builds, for this run, the scenarios of scenarioNames; the
 // Scenarios section of bench/README.md says what each compares.
@@ -200,5 +209,6 @@ func (b *bench) scenarios() []scenario {
 		all[len(all)-2].unavailable = "n/a (redis-server not installed)"
 	}
 	all = append(all, b.hookScenarios(wrkGet("/v1/ping", hdr), getSub)...)
-	return append(all, b.browserScenarios(hdr, wrkGet("/v1/ping", hdr))...)
+	all = append(all, b.browserScenarios(hdr, wrkGet("/v1/ping", hdr))...)
+	return append(all, b.standbyScenario(getSub))
 }

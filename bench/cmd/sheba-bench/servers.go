@@ -35,6 +35,8 @@ type shebaConfig struct {
 	sampler string
 	// env is added to the process's environment (SHEBA_REDIS_URL, ...).
 	env []string
+	// databaseURL, set, is DATABASE_URL instead of the bench's database.
+	databaseURL string
 }
 
 // apiKey is the bench's API key: made fresh for each run, its SHA-256 goes
@@ -99,8 +101,12 @@ func (b *bench) startSheba(ctx context.Context, name string, sc shebaConfig) (*s
 	if err := os.WriteFile(cfgPath, []byte(shebaYAML(httpPort, grpcPort, key)), 0o600); err != nil {
 		return nil, err
 	}
+	dbURL := sc.databaseURL
+	if dbURL == "" {
+		dbURL = b.pg.url("sheba")
+	}
 	env := []string{
-		"DATABASE_URL=" + b.pg.url("sheba"),
+		"DATABASE_URL=" + dbURL,
 		"SHEBA_LIMITS_MAX_INFLIGHT=" + strconv.Itoa(sc.maxInflight),
 		"SHEBA_LOG_LEVEL=warn",
 	}

@@ -20,9 +20,9 @@ const backlogEndpoints = 10
 // webhook-write-cost, with the backlog's endpoints still failing. The row
 // holds their figures, and the attempts the backlog's endpoints got
 // meanwhile.
-func (e *webhookEnv) backlog(ctx context.Context) (webhookReport, error) {
+func (e *webhookEnv) backlog(ctx context.Context) (figureRow, error) {
 	o := e.opts
-	rep := webhookReport{About: fmt.Sprintf("webhook-intermittent, webhook-outage (down %v) and webhook-write-cost with %s deliveries pending to %d failing endpoints",
+	rep := figureRow{About: fmt.Sprintf("webhook-intermittent, webhook-outage (down %v) and webhook-write-cost with %s deliveries pending to %d failing endpoints",
 		o.webhookBacklogOutage, commas(int64(o.webhookBacklog)), backlogEndpoints)}
 	failing := receivers(backlogEndpoints, func(r *benchReceiver) { r.down.Store(true) })
 	defer closeReceivers(failing)
@@ -40,10 +40,10 @@ func (e *webhookEnv) backlog(ctx context.Context) (webhookReport, error) {
 	before, start := attempts(), time.Now()
 	for _, phase := range []struct {
 		name string
-		run  func() (webhookReport, error)
+		run  func() (figureRow, error)
 	}{
-		{"intermittent", func() (webhookReport, error) { return e.intermittent(ctx, backlogTemplate) }},
-		{"outage", func() (webhookReport, error) { return e.outage(ctx, backlogTemplate, o.webhookBacklogOutage) }},
+		{"intermittent", func() (figureRow, error) { return e.intermittent(ctx, backlogTemplate) }},
+		{"outage", func() (figureRow, error) { return e.outage(ctx, backlogTemplate, o.webhookBacklogOutage) }},
 	} {
 		e.logf("%s: %s with the backlog", scenWebhookBacklog, phase.name)
 		r, err := phase.run()

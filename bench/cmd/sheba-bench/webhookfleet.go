@@ -17,13 +17,13 @@ import (
 // attempts in flight to it, against webhooks.per_endpoint_concurrency,
 // which the cap must hold for the fleet as a whole
 // (docs/webhooks.md, "Protecting a failing endpoint").
-func (e *webhookEnv) fleet(ctx context.Context) (webhookReport, error) {
+func (e *webhookEnv) fleet(ctx context.Context) (figureRow, error) {
 	o := e.opts
 	ro := runnerOptions()
 	// Every replica gets ro.Limiter, nil: webhooks.NewSharedLimiter, the
 	// endpoint's slots leased in the database the replicas share, as
 	// sheba serve runs them.
-	rep := webhookReport{About: fmt.Sprintf("%d replicas (runners on one database), %d events to one endpoint answering after %v, per_endpoint_concurrency %d",
+	rep := figureRow{About: fmt.Sprintf("%d replicas (runners on one database), %d events to one endpoint answering after %v, per_endpoint_concurrency %d",
 		o.webhookReplicas, o.webhookFleetEvents, o.webhookSlow, ro.PerEndpointConcurrency)}
 	d, err := e.database(ctx, webhookTemplate)
 	if err != nil {

@@ -21,9 +21,9 @@ const naiveOutage = 10 * time.Second
 // was back, the most attempts in flight to it, and the delay of every
 // delivery to the healthy one; then, as the baseline, a naive loop that
 // retries every event at once until it succeeds. On a copy of template.
-func (e *webhookEnv) outage(ctx context.Context, template string, down time.Duration) (webhookReport, error) {
+func (e *webhookEnv) outage(ctx context.Context, template string, down time.Duration) (figureRow, error) {
 	o := e.opts
-	rep := webhookReport{About: fmt.Sprintf("one endpoint down for %v under %d events/s, then back; a second, healthy one gets every event too", down, o.webhookRate)}
+	rep := figureRow{About: fmt.Sprintf("one endpoint down for %v under %d events/s, then back; a second, healthy one gets every event too", down, o.webhookRate)}
 	d, err := e.database(ctx, template)
 	if err != nil {
 		return rep, err

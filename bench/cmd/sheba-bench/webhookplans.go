@@ -20,9 +20,9 @@ const envPlans = "SHEBA_PLANS"
 // plans runs store's TestHotQueryPlans, which writes the plans of the
 // delivery path's queries to path, and counts them and the whole-table
 // reads among them.
-func (b *bench) plans(ctx context.Context, path string) (webhookReport, error) {
+func (b *bench) plans(ctx context.Context, path string) (figureRow, error) {
 	rel, _ := filepath.Rel(b.repo, path)
-	rep := webhookReport{About: "EXPLAIN ANALYZE of the delivery path's queries at 180,000 deliveries, steady and with 105,000 pending (store TestHotQueryPlans), in " + rel}
+	rep := figureRow{About: "EXPLAIN ANALYZE of the delivery path's queries at 180,000 deliveries, steady and with 105,000 pending (store TestHotQueryPlans), in " + rel}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return rep, err
 	}

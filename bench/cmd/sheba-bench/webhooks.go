@@ -45,9 +45,10 @@ const (
 // webhookScenarios are the webhook scenarios, in the order they run.
 var webhookScenarios = []string{scenWebhookIntermittent, scenWebhookOutage, scenWebhookWriteCost, scenWebhookBacklog, scenWebhookFleet, scenWebhookPlans}
 
-// webhookReport is one webhook scenario's row: its figures, each against
-// its goal where the issue sets one.
-type webhookReport struct {
+// figureRow is the row of a scenario that is not a load pair (a webhook
+// scenario, failover): its figures, each against its goal where the issue
+// sets one.
+type figureRow struct {
 	Name    string   `json:"name"`
 	About   string   `json:"about"`
 	Figures []figure `json:"figures"`
@@ -104,12 +105,18 @@ func fmtFigure(x float64) string {
 }
 
 // renderWebhookTable prints the webhook scenarios' rows.
-func renderWebhookTable(rows []webhookReport) string {
+func renderWebhookTable(rows []figureRow) string {
+	return renderFigureTable("webhook scenario", rows)
+}
+
+// renderFigureTable prints rows under a table whose first column is
+// heading.
+func renderFigureTable(heading string, rows []figureRow) string {
 	if len(rows) == 0 {
 		return ""
 	}
 	var b strings.Builder
-	b.WriteString("\n| webhook scenario | figures (goal) | goals met | took |\n|---|---|--:|--:|\n")
+	fmt.Fprintf(&b, "\n| %s | figures (goal) | goals met | took |\n|---|---|--:|--:|\n", heading)
 	for _, r := range rows {
 		met, goals := 0, 0
 		for _, f := range r.Figures {
@@ -147,7 +154,7 @@ func (e *webhookEnv) writeAccounts() int {
 
 // runWebhookScenarios runs the selected webhook scenarios and returns their
 // rows.
-func (b *bench) runWebhookScenarios(ctx context.Context, selected []string, plansPath string, logf func(string, ...any)) ([]webhookReport, error) {
+func (b *bench) runWebhookScenarios(ctx context.Context, selected []string, plansPath string, logf func(string, ...any)) ([]figureRow, error) {
 	admin, err := pgx.Connect(ctx, b.pg.url("postgres"))
 	if err != nil {
 		return nil, err
@@ -157,13 +164,13 @@ func (b *bench) runWebhookScenarios(ctx context.Context, selected []string, plan
 	if err := e.prepare(ctx); err != nil {
 		return nil, err
 	}
-	var rows []webhookReport
+	var rows []figureRow
 	for _, name := range webhookScenarios {
 		if !slices.Contains(selected, name) {
 			continue
 		}
 		start := time.Now()
-		var r webhookReport
+		var r figureRow
 		switch name {
 		case scenWebhookIntermittent:
 			r, err = e.intermittent(ctx, webhookTemplate)
@@ -543,9 +550,9 @@ func deliveryLimit(n int) time.Duration {
 // requests at random, while the runner delivers them; then, as the
 // baseline, River works as many no-op jobs, inserted as the fan-out
 // inserts the deliveries' jobs. On a copy of template.
-func (e *webhookEnv) intermittent(ctx context.Context, template string) (webhookReport, error) {
+func (e *webhookEnv) intermittent(ctx context.Context, template string) (figureRow, error) {
 	o := e.opts
-	rep := webhookReport{About: fmt.Sprintf("%s events to %d endpoints, each answering 500 to %.0f%% at random, against River's no-op jobs",
+	rep := figureRow{About: fmt.Sprintf("%s events to %d endpoints, each answering 500 to %.0f%% at random, against River's no-op jobs",
 		commas(int64(o.webhookEvents)), o.webhookEndpoints, o.webhookFail*100)}
 	d, err := e.database(ctx, template)
 	if err != nil {

@@ -34,9 +34,9 @@ const webhookWarmupWrites = 100
 // after 100 warm-up calls each. The runners do not work
 // meanwhile: what is timed is the write itself, the fan-out's work being
 // the delivery scenarios' to measure.
-func (e *webhookEnv) writeCost(ctx context.Context, template string) (webhookReport, error) {
+func (e *webhookEnv) writeCost(ctx context.Context, template string) (figureRow, error) {
 	o := e.opts
-	rep := webhookReport{About: fmt.Sprintf("CreateSubscription over loopback gRPC with %v endpoints subscribed (a database each, called in turn), %d rounds of %s calls each",
+	rep := figureRow{About: fmt.Sprintf("CreateSubscription over loopback gRPC with %v endpoints subscribed (a database each, called in turn), %d rounds of %s calls each",
 		writeCostCounts, o.pairs, commas(int64(o.webhookWrites)))}
 	writes := make([]func() (time.Duration, error), len(writeCostCounts))
 	for i, n := range writeCostCounts {

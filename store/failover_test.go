@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
+	"net/url"
 	"slices"
 	"testing"
 	"time"
@@ -202,5 +204,46 @@ func TestFailoverCutsListeners(t *testing.T) {
 	}
 	if !listener.IsClosed() {
 		t.Error("the listener's connection is still open")
+	}
+}
+
+// TestSilentFirstHost puts first in a multi-host URL a host that takes the
+// connection and never answers (a server that froze, or a link that drops
+// packets): with sheba's connect_timeout the pool gives up on it and
+// reaches the next host, well within the call's 10 s; without one, every
+// new connection would wait on it for the whole call.
+func TestSilentFirstHost(t *testing.T) {
+	t.Parallel()
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() }) // held open, never answered
+		}
+	}()
+	u, err := url.Parse(storetest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = silent.Addr().String() + "," + u.Host
+	q := u.Query()
+	q.Set("target_session_attrs", "read-write")
+	u.RawQuery = q.Encode()
+	pool, err := store.OpenPool(t.Context(), u.String(), 1, tracenoop.NewTracerProvider())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := store.New(pool).Ping(ctx); err != nil {
+		t.Errorf("ping with a silent first host: %v, want the second host's answer", err)
 	}
 }

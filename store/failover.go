@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,8 +68,7 @@ func switchCode(code string) bool {
 // The first failure of a switch does that; the others find their
 // connection already stale. This is narrower than pgxpool's Reset, which
 // would have to know every pool, and closes the connections made after the
-// switch too. A connection that ran LISTEN is held by its owner, outside
-// the pool: it is cut at the switch (cutListeners).
+// switch too.
 //
 // It also counts the switches it sees: a new connection that reaches
 // another server, or another timeline of the same server, than the
@@ -80,10 +78,6 @@ type Failover struct {
 	gen atomic.Uint64
 	// conns holds the generation of each open connection.
 	conns sync.Map // *pgx.Conn -> uint64
-	// listeners holds the connections that ran LISTEN: their owner holds
-	// them outside the pool (River's notifier hijacks its connection), so
-	// they are never given back to be dropped.
-	listeners sync.Map // *pgx.Conn -> struct{}
 
 	mu     sync.Mutex
 	server string // the server the last new connection reached
@@ -123,28 +117,7 @@ func (f *Failover) lost(conn *pgx.Conn, err error) {
 	}
 	if f.gen.CompareAndSwap(g.(uint64), g.(uint64)+1) {
 		f.log.Warn("database server lost; reconnecting every pool", "error", err)
-		f.cutListeners()
 	}
-}
-
-// cutListeners closes the network connection of every stale connection
-// that ran LISTEN, so that its owner's wait for a notification fails at
-// once and it listens again on a new connection: a demoted primary that
-// stays up would otherwise keep it listening where nothing is written.
-// Closing a net.Conn while another goroutine reads it is safe; the read
-// fails, and pgx marks the connection closed.
-func (f *Failover) cutListeners() {
-	f.listeners.Range(func(k, _ any) bool {
-		conn := k.(*pgx.Conn)
-		if conn.IsClosed() || f.Stale(conn) {
-			// A hijacked connection's close is not the pool's: its
-			// entries go here.
-			f.listeners.Delete(conn)
-			f.conns.Delete(conn)
-			_ = conn.PgConn().Conn().Close()
-		}
-		return true
-	})
 }
 
 // serverQuery names the server a connection reached: its address and, on
@@ -198,7 +171,6 @@ func WithFailover(f *Failover) PoolOption {
 		}
 		cfg.BeforeClose = func(conn *pgx.Conn) {
 			f.conns.Delete(conn)
-			f.listeners.Delete(conn)
 			if beforeClose != nil {
 				beforeClose(conn)
 			}
@@ -236,10 +208,7 @@ func WithFailover(f *Failover) PoolOption {
 // failoverTracer tells its Failover of every failed query, batch and copy.
 type failoverTracer struct{ f *Failover }
 
-func (t failoverTracer) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
-	if len(data.SQL) > 7 && strings.EqualFold(data.SQL[:7], "LISTEN ") {
-		t.f.listeners.Store(conn, struct{}{})
-	}
+func (t failoverTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
 	return ctx
 }
 

@@ -158,55 +158,6 @@ func TestOpenPoolBoundsDeadServers(t *testing.T) {
 	}
 }
 
-// TestFailoverCutsListeners holds a connection that ran LISTEN outside the
-// pool, as River's notifier does, and loses the server of another
-// connection: the listener's wait for a notification fails at once (its
-// owner then listens again on a new connection) instead of waiting on a
-// server where nothing is written any more.
-func TestFailoverCutsListeners(t *testing.T) {
-	t.Parallel()
-	f := store.NewFailover(slog.New(slog.DiscardHandler))
-	pool, err := store.OpenPool(t.Context(), storetest.NewDatabase(t), 3, tracenoop.NewTracerProvider(), store.WithFailover(f))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	held, err := pool.Acquire(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	listener := held.Hijack()
-	defer listener.Close(context.Background())
-	if _, err := listener.Exec(t.Context(), `LISTEN "sheba_test"`); err != nil {
-		t.Fatal(err)
-	}
-	waited := make(chan error, 1)
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	go func() {
-		_, err := listener.WaitForNotification(ctx)
-		waited <- err
-	}()
-
-	victim, err := pool.Acquire(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := storetest.NewPool(t).Exec(t.Context(), `SELECT pg_terminate_backend($1)`, victim.Conn().PgConn().PID()); err != nil {
-		t.Fatal(err)
-	}
-	_, _ = victim.Exec(t.Context(), `SELECT 1`)
-	victim.Release()
-
-	err = <-waited
-	if err == nil || errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
-		t.Fatalf("the listener's wait ended with %v, want its connection cut at once", err)
-	}
-	if !listener.IsClosed() {
-		t.Error("the listener's connection is still open")
-	}
-}
-
 // TestSilentFirstHost puts first in a multi-host URL a host that takes the
 // connection and never answers (a server that froze, or a link that drops
 // packets): with sheba's connect_timeout the pool gives up on it and

@@ -142,11 +142,50 @@ func recovery(answers []keyedwrites.Answer, promoted time.Time) (first, gap time
 	return first, gap
 }
 
+// wantDelivered checks that deliveries work after the promotion: the event
+// of a subscription made then reaches rcv. On failure the test logs
+// the queue's jobs, the deliveries, River's leader and sheba's log lines
+// but the requests'.
+func wantDelivered(t *testing.T, c *pgcluster.Cluster, e *testEnv, rcv *webhookstest.Receiver, load *failoverLoad) {
+	t.Helper()
+	var account string
+	c.Standby.QueryRow(t, `INSERT INTO accounts (username, password_hash) VALUES ('after-promotion', 'no-login') RETURNING id::text`).Scan(&account)
+	a := load.client.Send(t.Context(), keyedwrites.Write{Key: "after-promotion", AccountID: account})
+	if a.Err != nil || a.Code != http.StatusOK {
+		t.Fatalf("a write after the promotion: %s %s (%v)", a.Outcome(), a.Body, a.Err)
+	}
+	var sub struct{ ID string }
+	if err := json.Unmarshal(a.Body, &sub); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for !slices.ContainsFunc(rcv.Requests(), func(r webhookstest.Request) bool { return bytes.Contains(r.Body, []byte(sub.ID)) }) {
+		if time.Since(start) > 60*time.Second {
+			var jobs, deliveries, leader string
+			c.Standby.QueryRow(t, `SELECT coalesce(string_agg(state || ' ' || kind || ' ' || n || ' ' || attempts, '; '), '') FROM (SELECT state::text, kind, count(*) AS n, max(attempt) AS attempts FROM river_job GROUP BY 1, 2) AS j`).Scan(&jobs)
+			c.Standby.QueryRow(t, `SELECT coalesce(string_agg(state || ' ' || n, '; '), '') FROM (SELECT state, count(*) AS n FROM webhook_deliveries GROUP BY 1) AS d`).Scan(&deliveries)
+			c.Standby.QueryRow(t, `SELECT coalesce(string_agg(leader_id || ' until ' || expires_at::text, '; '), 'none') FROM river_leader`).Scan(&leader)
+			t.Logf("river jobs: %s; deliveries: %s; leader: %s", jobs, deliveries, leader)
+			for _, l := range strings.Split(e.logs.String(), "\n") {
+				if !strings.Contains(l, `"msg":"request"`) {
+					t.Log(l)
+				}
+			}
+			t.Fatal("the delivery of a subscription made after the promotion: not within 60 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	delivered := time.Since(start)
+	t.Logf("the event of a write after the promotion was delivered %v after it", delivered.Round(time.Millisecond))
+}
+
 // TestFailoverSwitchover stops the primary (fast) under writes and
 // promotes the standby: no 500, writes again within recoveryBound of the
 // promotion, every acknowledged write on the new primary, and keyed
 // retries of the rest leave one subscription and one event each. sheba
-// counts one failover.
+// counts one failover. (Deliveries after a stopped primary are not checked
+// here: River's queue was left unworked in most runs once its notifier's
+// connection broke, a defect still open; see TestFailoverDemotedPrimary.)
 func TestFailoverSwitchover(t *testing.T) {
 	t.Parallel()
 	c, e, _, load := startFailoverLoad(t)
@@ -202,25 +241,5 @@ func TestFailoverDemotedPrimary(t *testing.T) {
 		t.Errorf("gRPC write after the promotion: %v", err)
 	}
 
-	// Deliveries recover: a subscription made after the promotion reaches
-	// the receiver.
-	var account string
-	c.Standby.QueryRow(t, `INSERT INTO accounts (username, password_hash) VALUES ('after-promotion', 'no-login') RETURNING id::text`).Scan(&account)
-	a := load.client.Send(t.Context(), keyedwrites.Write{Key: "after-promotion", AccountID: account})
-	if a.Err != nil || a.Code != http.StatusOK {
-		t.Fatalf("a write after the promotion: %s %s (%v)", a.Outcome(), a.Body, a.Err)
-	}
-	var sub struct{ ID string }
-	if err := json.Unmarshal(a.Body, &sub); err != nil {
-		t.Fatal(err)
-	}
-	delivered := waitFor(t, 60*time.Second, "the delivery of a subscription made after the promotion", func() bool {
-		for _, r := range rcv.Requests() {
-			if bytes.Contains(r.Body, []byte(sub.ID)) {
-				return true
-			}
-		}
-		return false
-	})
-	t.Logf("the event of a write after the promotion was delivered %v after it", delivered.Round(time.Millisecond))
+	wantDelivered(t, c, e, rcv, load)
 }

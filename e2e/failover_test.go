@@ -103,7 +103,7 @@ func (l *failoverLoad) finish(t *testing.T, what string, switched, promoted time
 	t.Helper()
 	l.stop()
 	keyedwrites.CheckAnswers(t, l.answers)
-	first, gap := recovery(l.answers, promoted)
+	first, gap := keyedwrites.Recovery(l.answers, promoted)
 	t.Logf("%s: standby promoted %v after the switch began; first successful write %v after the promotion; longest time without a successful write %v",
 		what, promoted.Sub(switched).Round(time.Millisecond), first.Round(time.Millisecond), gap.Round(time.Millisecond))
 	if first < 0 || first > recoveryBound {
@@ -117,29 +117,6 @@ func (l *failoverLoad) finish(t *testing.T, what string, switched, promoted time
 	}
 	defer pool.Close()
 	keyedwrites.CheckDatabase(t, pool, final)
-}
-
-// recovery returns how long after promoted the first write answered 200
-// came (negative if none did), and the longest time between two successes
-// in a row.
-func recovery(answers []keyedwrites.Answer, promoted time.Time) (first, gap time.Duration) {
-	var oks []time.Time
-	for _, a := range answers {
-		if a.Err == nil && a.Code == http.StatusOK {
-			oks = append(oks, a.At)
-		}
-	}
-	slices.SortFunc(oks, time.Time.Compare)
-	first = -1
-	for i, at := range oks {
-		if first < 0 && !at.Before(promoted) {
-			first = at.Sub(promoted)
-		}
-		if i > 0 {
-			gap = max(gap, at.Sub(oks[i-1]))
-		}
-	}
-	return first, gap
 }
 
 // wantDelivered checks that deliveries work after the promotion: the event

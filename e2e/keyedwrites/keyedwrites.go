@@ -418,6 +418,30 @@ func CheckDatabase(tb testing.TB, pool *pgxpool.Pool, final []Answer) {
 	}
 }
 
+// Recovery returns how long after promoted the first write answered 200
+// came (negative if none did), and the longest time between two writes
+// answered 200 in a row. Load records answers in the order of the
+// writes, not of their answers: they are put in time order first.
+func Recovery(answers []Answer, promoted time.Time) (first, gap time.Duration) {
+	var oks []time.Time
+	for _, a := range answers {
+		if a.Err == nil && a.Code == http.StatusOK {
+			oks = append(oks, a.At)
+		}
+	}
+	slices.SortFunc(oks, time.Time.Compare)
+	first = -1
+	for i, at := range oks {
+		if first < 0 && !at.Before(promoted) {
+			first = at.Sub(promoted)
+		}
+		if i > 0 {
+			gap = max(gap, at.Sub(oks[i-1]))
+		}
+	}
+	return first, gap
+}
+
 // Summary says how the answers of a load and of its retries came out, for
 // a test's log: the outcomes of the load, and how many of the writes it
 // left unsettled (unanswered, 503, 504) had in fact been made, as the

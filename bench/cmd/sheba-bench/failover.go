@@ -102,33 +102,18 @@ type failoverOutcome struct {
 
 // failoverFigures are the row's figures.
 func failoverFigures(o failoverOutcome) []figure {
-	var first time.Time
-	var acked []time.Time
 	unexpected := 0
 	for _, a := range o.answers {
 		if !expected(a) {
 			unexpected++
 		}
-		if !acknowledged(a) {
-			continue
-		}
-		acked = append(acked, a.At)
-		if !a.At.Before(o.promoted) && (first.IsZero() || a.At.Before(first)) {
-			first = a.At
-		}
 	}
-	// The clients record their answers in the order of the writes, not of
-	// the answers.
-	slices.SortFunc(acked, time.Time.Compare)
-	var gap time.Duration
-	for i := 1; i < len(acked); i++ {
-		gap = max(gap, acked[i].Sub(acked[i-1]))
-	}
+	first, gap := keyedwrites.Recovery(o.answers, o.promoted)
 	// -1 and missed when no write succeeded after the promotion.
 	recovery := goalFig("first successful write after the promotion", -1, " s", "<=", failoverRecovery.Seconds())
 	recovery.Met = boolPtr(false)
-	if !first.IsZero() {
-		recovery = goalFig(recovery.Name, round2(first.Sub(o.promoted).Seconds()), " s", "<=", failoverRecovery.Seconds())
+	if first >= 0 {
+		recovery = goalFig(recovery.Name, round2(first.Seconds()), " s", "<=", failoverRecovery.Seconds())
 	}
 	var retried, made, unsettled int
 	for i, a := range o.final {

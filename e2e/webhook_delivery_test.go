@@ -36,6 +36,7 @@ func fastRunner(o *webhooks.Options) {
 	o.PollInterval = 50 * time.Millisecond
 	o.BacklogInterval = 100 * time.Millisecond
 	o.ThrottleWindow = time.Second
+	o.StallAfter = 2 * time.Second
 }
 
 // newWebhookEnv starts sheba with fast webhooks, its spans going to tp (if

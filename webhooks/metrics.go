@@ -11,6 +11,7 @@ type metrics struct {
 	inflight       prometheus.Gauge
 	latency        prometheus.Histogram
 	attemptSeconds prometheus.Histogram
+	queueRestarts  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -45,6 +46,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Duration of one webhook request.",
 			Buckets: prometheus.DefBuckets,
 		}),
+		queueRestarts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sheba_webhook_queue_restarts_total",
+			Help: "Times this replica replaced the producer of its webhook queue, found stalled (a job due, none running).",
+		}),
 	}
 	for _, l := range []string{"success", "http_error", "gone", "timeout", "network_error"} {
 		m.attempts.WithLabelValues(l)
@@ -55,7 +60,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, l := range []string{"succeeded", "failed"} {
 		m.deliveries.WithLabelValues(l)
 	}
-	for _, c := range []prometheus.Collector{m.attempts, m.held, m.deliveries, m.backlog, m.inflight, m.latency, m.attemptSeconds} {
+	for _, c := range []prometheus.Collector{m.attempts, m.held, m.deliveries, m.backlog, m.inflight, m.latency, m.attemptSeconds, m.queueRestarts} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

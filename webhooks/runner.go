@@ -81,6 +81,10 @@ type Options struct {
 	// PollInterval is how often River looks for due jobs when no
 	// notification came (default 1s).
 	PollInterval time.Duration
+	// StallAfter is how long a job may stay due while no job runs on this
+	// replica before the runner restarts its queue's producer (default
+	// 15s; watchdog.go says why).
+	StallAfter time.Duration
 	// RescueAfter is how long a job may run before River takes it for one
 	// whose worker died (default Timeout plus a minute).
 	RescueAfter time.Duration
@@ -109,6 +113,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.PollInterval <= 0 {
 		o.PollInterval = time.Second
+	}
+	if o.StallAfter <= 0 {
+		o.StallAfter = 15 * time.Second
 	}
 	if o.RescueAfter <= 0 {
 		o.RescueAfter = o.Timeout + time.Minute
@@ -149,6 +156,7 @@ type Runner struct {
 	throttles *throttle.Group
 	tracer    trace.Tracer
 	m         *metrics
+	activity  activity
 	// retries holds, by job id, when the next attempt of a delivery job
 	// whose run just failed is due, for its NextRetry.
 	retries sync.Map
@@ -191,8 +199,9 @@ func New(pool *pgxpool.Pool, st *store.Store, o Options) (*Runner, error) {
 		return nil, fmt.Errorf("webhooks: %w", err)
 	}
 	r.river, err = river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Queues:               map[string]river.QueueConfig{queue: {MaxWorkers: o.Workers}},
+		Queues:               map[string]river.QueueConfig{queue: r.queueConfig()},
 		Workers:              workers,
+		Middleware:           []rivertype.Middleware{r.activity.middleware()},
 		PeriodicJobs:         []*river.PeriodicJob{r.retentionJob()},
 		JobTimeout:           o.jobTimeout(),
 		RescueStuckJobsAfter: max(o.RescueAfter, o.jobTimeout()),
@@ -210,6 +219,9 @@ func New(pool *pgxpool.Pool, st *store.Store, o Options) (*Runner, error) {
 	}
 	return r, nil
 }
+
+// queueConfig is the configuration of the queue of the webhook jobs.
+func (r *Runner) queueConfig() river.QueueConfig { return river.QueueConfig{MaxWorkers: r.o.Workers} }
 
 // warnAndAbove passes on to its handler only the records of level warning
 // and above.
@@ -257,8 +269,9 @@ func newHTTPClient(o Options) *http.Client {
 	}
 }
 
-// Run works webhook jobs (fan-outs, deliveries, retention) until ctx is
-// done, then stops: no job is taken
+// Run works webhook jobs (fan-outs, deliveries, retention), and restarts
+// its queue's producer should it stall (watchdog.go), until ctx is done,
+// then stops: no job is taken
 // any more, attempts in flight are given stopTimeout to finish, and those
 // still running then are canceled (their outcome recorded, and retried
 // later, by this replica or another), Run waiting at most hardStopWait more
@@ -285,7 +298,7 @@ func (r *Runner) Run(ctx context.Context, stopTimeout time.Duration) error {
 		}
 	}
 	go r.refreshBacklog(ctx)
-	<-ctx.Done()
+	r.watchQueue(ctx)
 	softCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
 	defer cancel()
 	if err := r.river.Stop(softCtx); err == nil {

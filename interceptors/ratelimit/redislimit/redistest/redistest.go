@@ -10,6 +10,7 @@ package redistest
 import (
 	"bufio"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os/exec"
 	"strconv"
@@ -24,6 +25,8 @@ type Server struct {
 	port int
 	dir  string
 	cmd  *exec.Cmd
+	// exited is closed once cmd has exited (and was waited for).
+	exited chan struct{}
 }
 
 // Start starts a redis-server for the test and waits until it answers.
@@ -32,16 +35,28 @@ func Start(tb testing.TB) *Server {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		tb.Fatal("redis-server not found: install it (Debian: apt-get install redis-server; make test does)")
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	port := lis.Addr().(*net.TCPAddr).Port
-	lis.Close()
-	s := &Server{tb: tb, port: port, dir: tb.TempDir()}
+	s := &Server{tb: tb, port: freePort(tb), dir: tb.TempDir()}
 	s.Restart()
 	tb.Cleanup(s.Stop)
 	return s
+}
+
+// freePort returns a free port on 127.0.0.1 below Linux's ephemeral range
+// (32768-60999). A stopped server's port stays its own: a port of that
+// range could be handed, while the server is down, to a listener that
+// another test opens on port 0, and the restart would find it taken.
+func freePort(tb testing.TB) int {
+	tb.Helper()
+	for range 100 {
+		port := 20000 + rand.IntN(12768)
+		lis, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err == nil {
+			lis.Close()
+			return port
+		}
+	}
+	tb.Fatal("no free port on 127.0.0.1 between 20000 and 32767")
+	return 0
 }
 
 // Addr is the host:port the server listens on.
@@ -58,7 +73,7 @@ func (s *Server) Stop() {
 	}
 	// SIGKILL works on a stopped process too.
 	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
+	<-s.exited
 	s.cmd = nil
 }
 
@@ -93,9 +108,21 @@ func (s *Server) Restart() {
 	if err := cmd.Start(); err != nil {
 		s.tb.Fatalf("start redis-server: %v", err)
 	}
-	s.cmd = cmd
+	s.cmd, s.exited = cmd, make(chan struct{})
+	exited := s.exited
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
 	var lastErr error
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		select {
+		case <-exited:
+			// Its port taken, most likely.
+			s.cmd = nil
+			s.tb.Fatalf("redis-server on %s exited at start (is the port taken?)", s.Addr())
+		default:
+		}
 		if lastErr = ping(s.Addr()); lastErr == nil {
 			return
 		}

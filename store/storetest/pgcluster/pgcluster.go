@@ -43,7 +43,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -331,17 +330,6 @@ func (r *runner) run(program string, args ...string) ([]byte, error) {
 	// The test's working directory may be closed to the postgres user.
 	cmd.Dir = "/"
 	return cmd.CombinedOutput()
-}
-
-// freePort returns a port nothing listens on at the moment.
-func freePort(tb testing.TB) int {
-	tb.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatalf("pgcluster: listen: %v", err)
-	}
-	defer lis.Close()
-	return lis.Addr().(*net.TCPAddr).Port
 }
 
 // quote returns s as an SQL string literal, for the statements (ALTER

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/shebasvc/sheba/internal/testport"
 )
 
 // StopMode is how Stop shuts a server down.
@@ -341,7 +343,7 @@ func (s *Server) startOnFreePort(tb testing.TB) {
 	var out []byte
 	var err error
 	for range 5 {
-		s.port = freePort(tb)
+		s.port = testport.Free(tb)
 		if out, err = s.start(); err == nil {
 			return
 		}

@@ -10,13 +10,14 @@ package redistest
 import (
 	"bufio"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"os/exec"
 	"strconv"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/shebasvc/sheba/internal/testport"
 )
 
 // Server is a running (or stopped) redis-server.
@@ -35,28 +36,10 @@ func Start(tb testing.TB) *Server {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		tb.Fatal("redis-server not found: install it (Debian: apt-get install redis-server; make test does)")
 	}
-	s := &Server{tb: tb, port: freePort(tb), dir: tb.TempDir()}
+	s := &Server{tb: tb, port: testport.Free(tb), dir: tb.TempDir()}
 	s.Restart()
 	tb.Cleanup(s.Stop)
 	return s
-}
-
-// freePort returns a free port on 127.0.0.1 below Linux's ephemeral range
-// (32768-60999). A stopped server's port stays its own: a port of that
-// range could be handed, while the server is down, to a listener that
-// another test opens on port 0, and the restart would find it taken.
-func freePort(tb testing.TB) int {
-	tb.Helper()
-	for range 100 {
-		port := 20000 + rand.IntN(12768)
-		lis, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		if err == nil {
-			lis.Close()
-			return port
-		}
-	}
-	tb.Fatal("no free port on 127.0.0.1 between 20000 and 32767")
-	return 0
 }
 
 // Addr is the host:port the server listens on.

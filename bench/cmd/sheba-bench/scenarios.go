@@ -82,8 +82,8 @@ var loadScenarioNames = []string{"ping-rest", "ping-grpc", "error-rest", "readyz
 	"ping-connect-json", "ping-connect-proto", "ping-grpc-web", scenGetSubscriptionStandby}
 
 // scenarioNames is every scenario in the order they run: the load
-// scenarios, then the webhook ones, then failover.
-var scenarioNames = slices.Concat(loadScenarioNames, webhookScenarios, clusterScenarios)
+// scenarios, the peer rows, then the webhook ones, then failover.
+var scenarioNames = slices.Concat(loadScenarioNames, peerScenarioNames, webhookScenarios, clusterScenarios)
 
 // scenarios builds, for this run, the scenarios of scenarioNames; the
 // Scenarios section of bench/README.md says what each compares.
@@ -210,5 +210,6 @@ func (b *bench) scenarios() []scenario {
 	}
 	all = append(all, b.hookScenarios(wrkGet("/v1/ping", hdr), getSub)...)
 	all = append(all, b.browserScenarios(hdr, wrkGet("/v1/ping", hdr))...)
-	return append(all, b.standbyScenario(getSub))
+	all = append(all, b.standbyScenario(getSub))
+	return append(all, b.peerScenarios(wrkGet("/v1/ping", hdr), ghzPing)...)
 }

@@ -105,7 +105,7 @@ func (b *bench) scenarios() []scenario {
 		}
 	}
 	ghzPing := func(s *server) load {
-		return ghzLoad{bin: b.bins.ghz, protoDir: filepath.Join(b.repo, "proto"), proto: filepath.Join(b.repo, "proto/sheba/v1/ping.proto"),
+		return ghzLoad{bin: b.bins.ghz, protoset: filepath.Join(b.repo, "gen/sheba.binpb"),
 			call: "sheba.v1.PingService.Ping", addr: s.grpcAddr, metadata: md}
 	}
 	getSub := func(s *server) load {

@@ -150,13 +150,6 @@ func hotQueries(ids planIDs) []hotQuery {
 			_, err = s.ExpandWebhookEvent(ctx, id, b.Last, 500, queueShare)
 			return err
 		}},
-		{"an event no endpoint receives: DeleteWebhookEventWithoutDeliveries", func(ctx context.Context, s *store.Store) error {
-			id, err := newEvent(ctx, s)
-			if err != nil {
-				return err
-			}
-			return s.DeleteWebhookEventWithoutDeliveries(ctx, id)
-		}},
 		{"the delivery's read: GetDeliveryAttempt", func(ctx context.Context, s *store.Store) error {
 			_, err := s.GetDeliveryAttempt(ctx, ids.down, ids.downEvent)
 			return err

@@ -73,7 +73,7 @@ func (s *Store) ListEvents(ctx context.Context, after EventPosition, types []str
 			SELECT id, type, body, create_time, created_xid, seq
 			FROM webhook_events
 			WHERE (created_xid, seq) > ($1::text::xid8, $2) AND created_xid < h.xmin
-			  AND (cardinality($3::text[]) = 0 OR type = ANY ($3::text[]))
+			  AND (coalesce(cardinality($3::text[]), 0) = 0 OR type = ANY ($3::text[]))
 			ORDER BY created_xid, seq
 			LIMIT $4) e ON true`,
 		fmt.Sprint(after.Xid), after.Seq, types, limit)

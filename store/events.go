@@ -46,6 +46,11 @@ type EventPage struct {
 	// event after its position and below the horizon unless it returned
 	// as many as it was asked for.
 	Horizon uint64
+	// HeldBack says that a transaction below the snapshot's xmax was still
+	// running (Horizon is below xmax): an event committed just now may
+	// wait for it, and a reader woken for that event should look again
+	// soon.
+	HeldBack bool
 }
 
 // ListEvents returns up to limit events after position after, in the
@@ -67,8 +72,8 @@ func (s *Store) ListEvents(ctx context.Context, after EventPosition, types []str
 	// the same snapshot; the lateral join answers one row with the horizon
 	// when no event is due.
 	rows, _ := s.db(ctx).Query(ctx, `
-		WITH h AS (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin)
-		SELECT h.xmin::text::bigint, e.id, e.type, e.body, e.create_time, e.created_xid::text::bigint, e.seq
+		WITH h AS (SELECT pg_snapshot_xmin(s) AS xmin, pg_snapshot_xmax(s) AS xmax FROM pg_current_snapshot() s)
+		SELECT h.xmin::text::bigint, h.xmin < h.xmax, e.id, e.type, e.body, e.create_time, e.created_xid::text::bigint, e.seq
 		FROM h LEFT JOIN LATERAL (
 			SELECT id, type, body, create_time, created_xid, seq
 			FROM webhook_events
@@ -81,15 +86,16 @@ func (s *Store) ListEvents(ctx context.Context, after EventPosition, types []str
 	_, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (struct{}, error) {
 		var (
 			horizon    int64
+			held       bool
 			id, typ    *string
 			body       []byte
 			createTime *time.Time
 			xid, seq   *int64
 		)
-		if err := row.Scan(&horizon, &id, &typ, &body, &createTime, &xid, &seq); err != nil {
+		if err := row.Scan(&horizon, &held, &id, &typ, &body, &createTime, &xid, &seq); err != nil {
 			return struct{}{}, err
 		}
-		page.Horizon = uint64(horizon)
+		page.Horizon, page.HeldBack = uint64(horizon), held
 		if id != nil {
 			page.Events = append(page.Events, LogEvent{
 				ID: *id, Type: *typ, Body: body, CreateTime: createTime.UTC(),

@@ -173,15 +173,29 @@ func (h *Hub) Run(ctx context.Context) error {
 	}
 	t := time.NewTicker(h.o.PollInterval)
 	defer t.Stop()
-	failing := false
+	// A read woken by a notification may find the new event above the
+	// horizon, held back by a transaction still running elsewhere: the
+	// hub then reads again every heldRetry until a read is not held back,
+	// rather than waiting for the poll floor.
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	failing, woken := false, false
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-h.wake:
+			woken = true
+		case <-retry.C:
 		case <-t.C:
 		}
-		err := h.advance(ctx)
+		held, err := h.advance(ctx)
+		switch {
+		case err == nil && !held:
+			woken = false
+		case err == nil && woken:
+			retry.Reset(heldRetry)
+		}
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return nil
@@ -229,21 +243,26 @@ func (h *Hub) stop() {
 	}
 }
 
+// heldRetry is how soon a read woken by a notification and held back by
+// a running transaction is made again.
+const heldRetry = 50 * time.Millisecond
+
 // maxPagesPerWake bounds the pages one wake-up reads before the hub looks
 // at ctx again; it wakes itself to read the rest.
 const maxPagesPerWake = 20
 
 // advance reads the log after the hub's position, page by page up to the
 // horizon, and hands each event to the live subscribers it matches. One
-// query a page, however many subscribers.
-func (h *Hub) advance(ctx context.Context) error {
+// query a page, however many subscribers. It reports whether its last read
+// was held back by a running transaction (store.EventPage.HeldBack).
+func (h *Hub) advance(ctx context.Context) (heldBack bool, err error) {
 	for range maxPagesPerWake {
 		h.mu.Lock()
 		from := h.pos
 		h.mu.Unlock()
 		page, err := h.st.ListEvents(ctx, from, nil, h.o.PageSize)
 		if err != nil {
-			return err
+			return false, err
 		}
 		h.stats.reads.Add(1)
 		h.stats.events.Add(int64(len(page.Events)))
@@ -266,11 +285,11 @@ func (h *Hub) advance(ctx context.Context) error {
 		}
 		h.mu.Unlock()
 		if len(page.Events) < h.o.PageSize {
-			return nil
+			return page.HeldBack, nil
 		}
 	}
 	h.kick()
-	return nil
+	return false, nil
 }
 
 // reached is the position a read from from that returned page (asked for

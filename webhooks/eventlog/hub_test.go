@@ -16,8 +16,10 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/store"
 	"github.com/shebasvc/sheba/store/storetest"
+	"github.com/shebasvc/sheba/webhooks"
 	"github.com/shebasvc/sheba/webhooks/eventlog"
 )
 
@@ -513,4 +515,53 @@ func TestMemoryPerSubscriber(t *testing.T) {
 		t.Errorf("got %.0f bytes per subscriber, want at most 64 KiB", perUsed)
 	}
 	runtime.KeepAlive(subs)
+}
+
+// TestEventWithoutEndpointKept: an event no endpoint receives is fanned
+// out by the webhook runner and kept all the same, and a subscriber from
+// before it receives it, with the resource's REST JSON as its data.
+func TestEventWithoutEndpointKept(t *testing.T) {
+	t.Parallel()
+	b := newBed(t)
+	r, err := webhooks.New(b.pool, b.st, webhooks.Options{
+		Timeout: 10 * time.Second, MaxAttempts: 3, BackoffBase: 50 * time.Millisecond, BackoffMax: 400 * time.Millisecond,
+		PerEndpointConcurrency: 1, PollInterval: 50 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx, time.Second) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	h := b.hub(t, eventlog.Options{PollInterval: 20 * time.Millisecond}, false)
+	start := subscribe(t, h, nil, nil).Position()
+
+	if err := r.Publish(t.Context(), "account.created", &shebav1.Account{Id: "a1", Username: "ann"}); err != nil {
+		t.Fatal(err)
+	}
+	// The fan-out job completes: before, it deleted such an event.
+	for i := 0; ; i++ {
+		var n int
+		if err := b.pool.QueryRow(t.Context(), `SELECT count(*) FROM river_job WHERE kind = 'sheba_webhook_event' AND state = 'completed'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			break
+		}
+		if i == 300 {
+			t.Fatal("the event's fan-out did not complete within 30s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	s := subscribe(t, h, nil, &start)
+	e := next(t, s, 10*time.Second)
+	if e.Type != "account.created" || string(e.Data) != `{"id":"a1","username":"ann"}` {
+		t.Errorf("got %s %s, want account.created with the account's JSON", e.Type, e.Data)
+	}
 }

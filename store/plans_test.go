@@ -219,6 +219,17 @@ func hotQueries(ids planIDs) []hotQuery {
 			}
 			return err
 		}},
+		{"the event stream's hub, a page from the start: ListEvents", func(ctx context.Context, s *store.Store) error {
+			page, err := s.ListEvents(ctx, store.EventPosition{}, nil, 500)
+			if err == nil && len(page.Events) != 500 {
+				err = fmt.Errorf("got %d events, want 500", len(page.Events))
+			}
+			return err
+		}},
+		{"a stream catching up, one type: ListEvents", func(ctx context.Context, s *store.Store) error {
+			_, err := s.ListEvents(ctx, store.EventPosition{}, []string{"subscription.canceled"}, 256)
+			return err
+		}},
 		{"a 410: DisableWebhookEndpoint", func(ctx context.Context, s *store.Store) error {
 			return s.DisableWebhookEndpoint(ctx, ids.down, "410 Gone")
 		}},

@@ -400,7 +400,8 @@ type Subscriber struct {
 	q ring
 	// tail: every event of the subscriber's types up to it has been
 	// returned by Next or is in q. consumed is the position of the last
-	// event Next returned (or where it started).
+	// event Next returned, or the tail a Position call found with nothing
+// waiting (or where it started).
 	tail, consumed Position
 	// live: the hub hands it events; else it catches up by itself.
 	live bool
@@ -476,10 +477,12 @@ func (s *Subscriber) signal() {
 func (s *Subscriber) Position() Position {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.q.len() > 0 {
-		return s.consumed
+	if s.q.len() == 0 {
+		// Everything up to the tail was returned: a later position
+		// never goes back before it, once an event waits again.
+		s.consumed = s.tail
 	}
-	return s.tail
+	return s.consumed
 }
 
 // Next returns the next event, waiting for one until ctx ends (then it
@@ -555,6 +558,10 @@ func (s *Subscriber) take(events []*Event, to Position, full bool) (behind bool)
 	h := s.h
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.stopped {
+		s.end(ErrStopped)
+		return false
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil {

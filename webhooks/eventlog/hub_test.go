@@ -354,15 +354,20 @@ func TestSlowSubscriberCut(t *testing.T) {
 func TestCatchUp(t *testing.T) {
 	t.Parallel()
 	b := newBed(t)
-	h := b.hub(t, eventlog.Options{PollInterval: 20 * time.Millisecond, PageSize: 3, Buffer: 8}, false)
+	h := b.hub(t, eventlog.Options{PollInterval: 20 * time.Millisecond, PageSize: 3, Buffer: 16}, false)
 	first := subscribe(t, h, nil, nil)
 	start := first.Position()
+	first.Close()
 	var want []string
 	for i := range 20 {
 		want = append(want, b.publish(t.Context(), t, "t", i))
 	}
-	for range want {
-		next(t, first, 10*time.Second)
+	// The hub has read them all.
+	for i := 0; h.Stats().Events < 20; i++ {
+		if i == 1000 {
+			t.Fatalf("the hub read %d events in 10s, want 20", h.Stats().Events)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	late := subscribe(t, h, nil, &start)
 	var got []string

@@ -401,7 +401,7 @@ type Subscriber struct {
 	// tail: every event of the subscriber's types up to it has been
 	// returned by Next or is in q. consumed is the position of the last
 	// event Next returned, or the tail a Position call found with nothing
-// waiting (or where it started).
+	// waiting (or where it started).
 	tail, consumed Position
 	// live: the hub hands it events; else it catches up by itself.
 	live bool

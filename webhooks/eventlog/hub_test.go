@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"runtime"
@@ -15,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/store"
@@ -568,5 +570,52 @@ func TestEventWithoutEndpointKept(t *testing.T) {
 	e := next(t, s, 10*time.Second)
 	if e.Type != "account.created" || string(e.Data) != `{"id":"a1","username":"ann"}` {
 		t.Errorf("got %s %s, want account.created with the account's JSON", e.Type, e.Data)
+	}
+}
+
+// TestListenerFollowsFailover: when a query of the pool finds its server
+// gone (here: its backend terminated), store.Failover makes the older
+// connections stale; the listener's is one, and it listens again on a new
+// one. The poll floor is an hour: events after that come through it.
+func TestListenerFollowsFailover(t *testing.T) {
+	t.Parallel()
+	f := store.NewFailover(slog.New(slog.DiscardHandler))
+	pool, err := store.OpenPool(t.Context(), storetest.NewDatabase(t), 10, tracenoop.NewTracerProvider(), store.WithFailover(f))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	b := &bed{pool: pool, st: store.New(pool)}
+	h := b.hub(t, eventlog.Options{PollInterval: time.Hour, Failover: f, MaxBackoff: 200 * time.Millisecond}, false)
+	s := subscribe(t, h, nil, nil)
+	b.publish(t.Context(), t, "t", 0)
+	next(t, s, 10*time.Second)
+
+	// A connection of the pool whose server goes away.
+	c, err := pool.Acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	if err := c.QueryRow(t.Context(), `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(t.Context(), `SELECT pg_terminate_backend($1)`, pid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(t.Context(), `SELECT 1`); err == nil {
+		t.Fatal("a query on the terminated connection succeeded")
+	}
+	c.Release()
+
+	for i := 0; h.Stats().Listens < 2; i++ {
+		if i == 200 {
+			t.Fatalf("got %d listens 20s after the switch, want 2", h.Stats().Listens)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	id := b.publish(t.Context(), t, "t", 1)
+	if e := next(t, s, 10*time.Second); e.ID != id {
+		t.Errorf("got %s, want %s", e.ID, id)
 	}
 }

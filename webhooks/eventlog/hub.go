@@ -153,8 +153,8 @@ func (h *Hub) kick() {
 }
 
 // Run follows the log until ctx ends, then ends every subscriber
-// (ErrStopped) and returns. While the database does not answer, it keeps
-// trying.
+// (ErrStopped) and returns nil. While the database does not answer, it
+// keeps trying. Call it once.
 func (h *Hub) Run(ctx context.Context) error {
 	defer h.stop()
 	start, err := h.start(ctx)

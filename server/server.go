@@ -53,6 +53,7 @@ type Services struct {
 	account      *accountServer
 	subscription *subscriptionServer
 	webhook      *webhookServer
+	event        eventServer
 	// list is every service of the method table with its implementation,
 	// in the table's order.
 	list []service
@@ -114,6 +115,7 @@ func (s *Services) services() ([]service, error) {
 		shebav1.AccountService_Table.Name:      s.account,
 		shebav1.SubscriptionService_Table.Name: s.subscription,
 		shebav1.WebhookService_Table.Name:      s.webhook,
+		shebav1.EventService_Table.Name:        s.event,
 	}
 	list := make([]service, 0, len(shebav1.Services))
 	for _, t := range shebav1.Services {

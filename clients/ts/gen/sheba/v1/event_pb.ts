@@ -162,10 +162,12 @@ export const HeartbeatSchema: GenMessage<Heartbeat> = /*@__PURE__*/
  */
 export const EventService: GenService<{
   /**
-   * StreamEvents streams the events of the types asked for (every type
-   * when none is given), each once at least and in one stable order, and
-   * a heartbeat after every events.heartbeat (15s by default) of silence.
-   * The first message comes at once: a heartbeat when no event is due.
+   * StreamEvents streams the caller's events as they happen.
+   *
+   * It sends the events of the types asked for (every type when none is
+   * given), each once at least and in one stable order, and a heartbeat
+   * after every events.heartbeat (15s by default) of silence. The first
+   * message comes at once: a heartbeat when no event is due.
    * Every message carries a position (an event's id, a heartbeat's
    * cursor): a stream that ends (after events.max_duration, 25 minutes by
    * default, or when the server shuts down, both UNAVAILABLE) resumes

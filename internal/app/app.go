@@ -502,7 +502,7 @@ func grpcLimits(c config.GRPC, callTimeout time.Duration) []grpc.ServerOption {
 		}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionIdle:     c.MaxConnectionIdle,
-			MaxConnectionAge:      30 * time.Minute,
+			MaxConnectionAge:      config.GRPCMaxConnectionAge,
 			MaxConnectionAgeGrace: callTimeout + 5*time.Second,
 			Time:                  time.Minute,
 			Timeout:               20 * time.Second,

@@ -80,4 +80,3 @@ func TestStreamEventsNotServedYet(t *testing.T) {
 		wantRESTError(t, r, http.StatusBadRequest, codes.InvalidArgument, "event_types[0]")
 	})
 }
-

@@ -203,3 +203,17 @@ func TestEventTypes(t *testing.T) {
 		t.Errorf("EventTypes() = %q repeats a type", types)
 	}
 }
+
+// TestStreamPolicySets: StreamEvents needs the database, but is neither
+// read-only (a stream reads the primary alone) nor a write (it changes
+// nothing, so opening one does not send its caller's reads to the primary).
+func TestStreamPolicySets(t *testing.T) {
+	m := shebav1.EventService_StreamEvents_FullMethodName
+	if !DatabaseMethods()[m] || ReadOnlyMethods()[m] || WriteMethods()[m] {
+		t.Errorf("%s: database %t, read-only %t, write %t; want true, false, false",
+			m, DatabaseMethods()[m], ReadOnlyMethods()[m], WriteMethods()[m])
+	}
+	if !WriteMethods()[shebav1.SubscriptionService_CreateSubscription_FullMethodName] {
+		t.Errorf("CreateSubscription is no write")
+	}
+}

@@ -183,7 +183,15 @@ func ReadOnlyMethods() map[string]bool {
 }
 
 // WriteMethods returns the full names of the methods that may change the
-// database: those that need it and are not read-only.
+// database: those that need it and are not read-only, but for the
+// server-streaming ones (StreamEvents), which change nothing and are yet
+// not read-only, because a stream reads the primary alone.
 func WriteMethods() map[string]bool {
-	return methodsWhere(func(p shebav1.MethodPolicyTable) bool { return p.Database && !p.ReadOnly })
+	set := methodsWhere(func(p shebav1.MethodPolicyTable) bool { return p.Database && !p.ReadOnly })
+	for _, m := range shebav1.Methods {
+		if m.ServerStreams {
+			delete(set, m.FullName)
+		}
+	}
+	return set
 }

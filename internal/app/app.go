@@ -254,10 +254,10 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 		grpc.InTapHandle(authTap(authn, server.Methods(), m, log)),
 		grpc.Creds(newGRPCCreds(a.certs, a.guards.grpc)),
 		// Every stream of the server counts against one bound over every
-		// connection (today health Watch and reflection: sheba.v1 has no
-		// stream; a later API stream would need a rule of its own), before
-		// the drain's goroutine; then the drain, which ends every stream
-		// at shutdown.
+		// connection (health Watch, reflection, and for now StreamEvents,
+		// which answers UNIMPLEMENTED at once: once it streams it needs a
+		// rule of its own, events.max_streams), before the drain's
+		// goroutine; then the drain, which ends every stream at shutdown.
 		grpc.ChainStreamInterceptor(
 			concurrency.StreamServerInterceptor(concurrency.NewLimiter(cfg.GRPC.MaxOpenStreams)),
 			a.streams.StreamServerInterceptor()))

@@ -73,8 +73,12 @@ func TestStreamEventsNotServedYet(t *testing.T) {
 		r := e.do(t, http.MethodGet, "/v1/events:stream?eventTypes=account.created&afterEventId=abc", "")
 		wantRESTDetails(t, "GET /v1/events:stream with a key", r, http.StatusNotImplemented, unimplemented)
 
-		r = e.do(t, http.MethodGet, "/v1/events:stream", "", "X-Api-Key", "")
+		r = e.do(t, http.MethodGet, "/v1/events:stream", "", "X-Api-Key", "", "X-Request-Id", "stream-refused")
 		wantRESTDetails(t, "GET /v1/events:stream without a key", r, http.StatusUnauthorized, reason.APIKeyMissing)
+		// The chain's response headers, as on a unary call's error.
+		if got := r.Header.Get("X-Request-Id"); got != "stream-refused" {
+			t.Errorf("GET /v1/events:stream without a key: X-Request-Id %q, want the request's", got)
+		}
 
 		r = e.do(t, http.MethodGet, "/v1/events:stream?eventTypes=account.deleted", "")
 		wantRESTError(t, r, http.StatusBadRequest, codes.InvalidArgument, "event_types[0]")

@@ -284,6 +284,9 @@ func (s *refusedStream) SendMsg(m any) error {
 		func(context.Context, any) (any, error) { return nil, errNotInProcess })
 	stream.deliver(s.opts)
 	s.header, s.trailer = stream.header.MD(), stream.trailer.MD()
+	if rc, ok := s.ctx.Value(restCallKey{}).(*restCall); ok {
+		rc.refusedHeader = s.header
+	}
 	if s.err == nil {
 		s.err = errNotInProcess
 	}

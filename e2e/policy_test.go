@@ -41,6 +41,7 @@ var policySamples = map[string]proto.Message{
 	shebav1.WebhookService_DeleteWebhookEndpoint_FullMethodName: &shebav1.DeleteWebhookEndpointRequest{EndpointId: unknownID},
 	shebav1.WebhookService_ListWebhookDeliveries_FullMethodName: &shebav1.ListWebhookDeliveriesRequest{EndpointId: unknownID},
 	shebav1.WebhookService_RotateWebhookSecret_FullMethodName:   &shebav1.RotateWebhookSecretRequest{EndpointId: unknownID},
+	shebav1.EventService_StreamEvents_FullMethodName:            &shebav1.StreamEventsRequest{EventTypes: []string{"account.created"}},
 }
 
 // stubHandlers answers every call, after the whole chain, with an empty
@@ -126,6 +127,17 @@ func TestMethodPolicies(t *testing.T) {
 			case !m.Policy.Public && status.Code(err) != codes.Unauthenticated:
 				t.Errorf("%s needs a key: without one got %v, want Unauthenticated", m.FullName, err)
 			}
+			if m.ServerStreams {
+				// The chain's stream side is a later step: until then
+				// a stream with a key is UNIMPLEMENTED, and its policy
+				// is not applied. This fails once it is served, so
+				// that its policy is covered here then.
+				err := e.conn.Invoke(t.Context(), m.FullName, in, newResponse(t, m.FullName))
+				if status.Code(err) != codes.Unimplemented {
+					t.Errorf("%s with a key: got %v, want Unimplemented (not served yet); cover its policy here", m.FullName, err)
+				}
+				continue
+			}
 
 			before := stub.count(m.FullName)
 			ctx := metadata.AppendToOutgoingContext(t.Context(), idempotency.MetadataKey, "policy-"+m.Name)
@@ -162,6 +174,10 @@ func TestMethodPolicies(t *testing.T) {
 			return status.Code(err) == codes.Unavailable
 		})
 		for _, m := range tableMethods(t) {
+			if m.ServerStreams {
+				// Not served yet (above).
+				continue
+			}
 			var header metadata.MD
 			err := e.conn.Invoke(t.Context(), m.FullName, policySamples[m.FullName], newResponse(t, m.FullName), grpc.Header(&header))
 			if m.Policy.Database {

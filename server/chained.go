@@ -17,6 +17,12 @@ import (
 // (BenchmarkGRPCPing). The registrar must therefore have no unary
 // interceptor of its own for these services.
 //
+// Server-streaming methods are registered as the service's description
+// has them (grpc-go's generated handlers): the chain is a unary
+// interceptor, which does not run for them; a grpc.Server runs its stream
+// interceptors around them, and the gateway's Channel does not serve
+// them in process (it answers UNIMPLEMENTED after the chain, NewStream).
+//
 // A grpc.Server it registers on takes Codec (grpc.ForceServerCodecV2), so
 // that a request refused before it is unmarshalled (a message over
 // grpc.max_recv_bytes, a repeated field over its bound) reaches the chain,
@@ -25,9 +31,11 @@ import (
 func (s *Services) RegisterChained(r grpc.ServiceRegistrar, chain grpc.UnaryServerInterceptor) {
 	for _, svc := range s.list {
 		desc := *svc.table.Desc
-		desc.Methods = make([]grpc.MethodDesc, len(svc.table.Methods))
-		for i, m := range svc.table.Methods {
-			desc.Methods[i] = chained(m, svc.impl, chain)
+		desc.Methods = make([]grpc.MethodDesc, 0, len(svc.table.Methods))
+		for _, m := range svc.table.Methods {
+			if !m.ServerStreams {
+				desc.Methods = append(desc.Methods, chained(m, svc.impl, chain))
+			}
 		}
 		r.RegisterService(&desc, svc.impl)
 	}

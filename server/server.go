@@ -53,6 +53,7 @@ type Services struct {
 	account      *accountServer
 	subscription *subscriptionServer
 	webhook      *webhookServer
+	event        eventServer
 	// list is every service of the method table with its implementation,
 	// in the table's order.
 	list []service
@@ -114,6 +115,7 @@ func (s *Services) services() ([]service, error) {
 		shebav1.AccountService_Table.Name:      s.account,
 		shebav1.SubscriptionService_Table.Name: s.subscription,
 		shebav1.WebhookService_Table.Name:      s.webhook,
+		shebav1.EventService_Table.Name:        s.event,
 	}
 	list := make([]service, 0, len(shebav1.Services))
 	for _, t := range shebav1.Services {
@@ -181,7 +183,15 @@ func ReadOnlyMethods() map[string]bool {
 }
 
 // WriteMethods returns the full names of the methods that may change the
-// database: those that need it and are not read-only.
+// database: those that need it and are not read-only, but for the
+// server-streaming ones (StreamEvents), which change nothing and are yet
+// not read-only, because a stream reads the primary alone.
 func WriteMethods() map[string]bool {
-	return methodsWhere(func(p shebav1.MethodPolicyTable) bool { return p.Database && !p.ReadOnly })
+	set := methodsWhere(func(p shebav1.MethodPolicyTable) bool { return p.Database && !p.ReadOnly })
+	for _, m := range shebav1.Methods {
+		if m.ServerStreams {
+			delete(set, m.FullName)
+		}
+	}
+	return set
 }

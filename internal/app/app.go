@@ -254,10 +254,10 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 		grpc.InTapHandle(authTap(authn, server.Methods(), m, log)),
 		grpc.Creds(newGRPCCreds(a.certs, a.guards.grpc)),
 		// Every stream of the server counts against one bound over every
-		// connection (today health Watch and reflection: sheba.v1 has no
-		// stream; a later API stream would need a rule of its own), before
-		// the drain's goroutine; then the drain, which ends every stream
-		// at shutdown.
+		// connection (health Watch, reflection, and for now StreamEvents,
+		// which answers UNIMPLEMENTED at once: once it streams it needs a
+		// rule of its own, events.max_streams), before the drain's
+		// goroutine; then the drain, which ends every stream at shutdown.
 		grpc.ChainStreamInterceptor(
 			concurrency.StreamServerInterceptor(concurrency.NewLimiter(cfg.GRPC.MaxOpenStreams)),
 			a.streams.StreamServerInterceptor()))
@@ -283,6 +283,9 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 
 	channel := gateway.NewChannel(nil)
 	services.RegisterChained(channel, chain)
+	// Streams are not served over REST yet: their opening passes the
+	// chain (so a call without a key is 401), then answers 501.
+	channel.OpenStreamsThrough(chain)
 	rest, err := gateway.New(ctx, channel, gateway.Options{
 		MaxBodyBytes:        cfg.HTTP.MaxBodyBytes,
 		MaxConcurrentBodies: cfg.HTTP.MaxConcurrentBodies,
@@ -499,7 +502,7 @@ func grpcLimits(c config.GRPC, callTimeout time.Duration) []grpc.ServerOption {
 		}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionIdle:     c.MaxConnectionIdle,
-			MaxConnectionAge:      30 * time.Minute,
+			MaxConnectionAge:      config.GRPCMaxConnectionAge,
 			MaxConnectionAgeGrace: callTimeout + 5*time.Second,
 			Time:                  time.Minute,
 			Timeout:               20 * time.Second,

@@ -156,6 +156,9 @@ type browser struct {
 	// methods are the full method names the API has, each with the type
 	// of its request message.
 	methods map[string]protoreflect.MessageType
+	// streams are the full names of the server-streaming methods, which
+	// the browser protocols do not serve yet.
+	streams map[string]bool
 	errors  *connect.ErrorWriter
 	// gw writes the errors of requests that speak no browser protocol, as
 	// REST does.
@@ -171,10 +174,12 @@ func newBrowser(srv http.Handler, services []*shebav1.ServiceTable, o Options, s
 	}
 	vservices := make([]*vanguard.Service, len(services))
 	methods := map[string]protoreflect.MessageType{}
+	streams := map[string]bool{}
 	for i, svc := range services {
 		vservices[i] = vanguard.NewService(svc.Name, srv)
 		for _, m := range svc.Methods {
 			methods[m.FullName] = m.NewRequest().ProtoReflect().Type()
+			streams[m.FullName] = m.ServerStreams
 		}
 	}
 	t, err := vanguard.NewTranscoder(vservices,
@@ -204,7 +209,7 @@ func newBrowser(srv http.Handler, services []*shebav1.ServiceTable, o Options, s
 	}
 	return &browser{
 		transcoder: t, authn: o.Authenticator, slots: slots, maxMessage: maxMessage, bounds: o.RepeatedBounds,
-		methods: methods, errors: connect.NewErrorWriter(), gw: gw,
+		methods: methods, streams: streams, errors: connect.NewErrorWriter(), gw: gw,
 	}, nil
 }
 
@@ -267,6 +272,12 @@ func (b *browser) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// users seldom send it), and version 1 is the only one.
 		r.Header.Set("Connect-Protocol-Version", "1")
 	}
+	if b.streams[r.URL.Path] {
+		// Serving a stream over the browser protocols is a later step;
+		// nothing of the call is read.
+		b.writeError(w, r, p, errBrowserStream)
+		return
+	}
 	r = r.WithContext(context.WithValue(r.Context(), browserKey{}, p))
 	var body []byte
 	var err error
@@ -299,6 +310,10 @@ func (b *browser) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	b.transcoder.ServeHTTP(retryWriter{w}, r)
 }
+
+// errBrowserStream answers a call of a server-streaming method.
+var errBrowserStream = reason.Error(codes.Unimplemented, reason.ForCode(codes.Unimplemented),
+	"streams are not served over Connect and gRPC-Web yet")
 
 // retryWriter adds Retry-After: 1 to an answer of RESOURCE_EXHAUSTED that
 // has none: one that vanguard decided (a message over its buffer, a body

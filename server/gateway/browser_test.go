@@ -248,6 +248,9 @@ func TestBrowserGuardsUnit(t *testing.T) {
 		{"unknown method, another type", "", "text/plain", valid, nil, http.StatusNotFound, codes.NotFound, reason.RouteNotFound},
 		{"GET", http.MethodGet, proto, nil, nil, http.StatusMethodNotAllowed, codes.Unimplemented, reason.MethodNotAllowed},
 		{"another type", "", "text/plain", valid, nil, http.StatusUnsupportedMediaType, codes.InvalidArgument, reason.UnsupportedMediaType},
+		// Not served over the browser protocols yet.
+		{"stream, gRPC-Web", "", web, grpcWebFrame(0, nil), nil, http.StatusOK, codes.Unimplemented, "UNIMPLEMENTED"},
+		{"stream, Connect", "", proto, nil, nil, http.StatusNotImplemented, codes.Unimplemented, "UNIMPLEMENTED"},
 	} {
 		t.Run(test.name, func(t *testing.T) {
 			method, path := test.method, createAccount
@@ -256,6 +259,9 @@ func TestBrowserGuardsUnit(t *testing.T) {
 			}
 			if strings.HasPrefix(test.name, "unknown method") {
 				path = "/sheba.v1.AccountService/Nope"
+			}
+			if strings.HasPrefix(test.name, "stream") {
+				path = shebav1.EventService_StreamEvents_FullMethodName
 			}
 			r := browserPost(t, url, method, path, test.contentType, test.body, test.header...)
 			if r.code != test.httpCode {

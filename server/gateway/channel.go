@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
+	"github.com/shebasvc/sheba/interceptors/reason"
 )
 
 // Channel is the gateway's connection to the services: a
@@ -21,7 +22,9 @@ import (
 // It is ours rather than grpchan's inprocgrpc for a measured reason: inprocgrpc runs every call on a new goroutine whose stack
 // then grows, and hands messages across a channel; in BenchmarkGatewayJSON
 // that was over a quarter of the CPU of a REST ping (stack growth alone
-// 11%). Only unary calls are supported: the gateway makes no others.
+// 11%). Only unary calls are served: a server-streaming method's opening
+// passes the chain, as a unary call's does, and is then answered
+// UNIMPLEMENTED (NewStream); serving streams in process is a later step.
 //
 // The handler's context is the caller's (so the HTTP span, the deadline and
 // the cancellation carry over) with the caller's outgoing metadata turned
@@ -30,6 +33,11 @@ import (
 type Channel struct {
 	interceptor grpc.UnaryServerInterceptor
 	methods     map[string]inprocMethod // by full method name
+	// streams are the server-streaming methods registered, by full
+	// method name.
+	streams map[string]bool
+	// opening is the chain a stream's opening passes (OpenStreamsThrough).
+	opening grpc.UnaryServerInterceptor
 }
 
 type inprocMethod struct {
@@ -45,12 +53,28 @@ type inprocMethod struct {
 // registered: sheba's bring the chain themselves
 // (server.Services.RegisterChained).
 func NewChannel(interceptor grpc.UnaryServerInterceptor) *Channel {
-	return &Channel{interceptor: interceptor, methods: map[string]inprocMethod{}}
+	return &Channel{interceptor: interceptor, methods: map[string]inprocMethod{}, streams: map[string]bool{}, opening: interceptor}
 }
 
-// RegisterService registers the unary methods of impl. It is not safe to
-// call once calls have started.
+// OpenStreamsThrough makes the opening of every stream pass chain before it
+// is answered UNIMPLEMENTED (NewStream): the key, the limits and
+// validation judge it as they judge a unary call, so a call without a key
+// is refused UNAUTHENTICATED (401), whatever the method. A Channel made
+// with an interceptor uses that one. It is not safe to call once calls
+// have started.
+func (c *Channel) OpenStreamsThrough(chain grpc.UnaryServerInterceptor) {
+	c.opening = chain
+}
+
+// RegisterService registers the unary methods of impl, and notes its
+// server-streaming ones (NewStream). It is not safe to call once calls
+// have started.
 func (c *Channel) RegisterService(desc *grpc.ServiceDesc, impl any) {
+	for _, sd := range desc.Streams {
+		if sd.ServerStreams && !sd.ClientStreams {
+			c.streams["/"+desc.ServiceName+"/"+sd.StreamName] = true
+		}
+	}
 	for _, m := range desc.Methods {
 		full := "/" + desc.ServiceName + "/" + m.MethodName
 		var mask *maskInference
@@ -225,10 +249,55 @@ func plainCallContext(ctx context.Context, method string, md metadata.MD) (conte
 	return grpc.NewContextWithServerTransportStream(ctx, stream), stream
 }
 
-// NewStream is not supported: the gateway makes only unary calls.
-func (c *Channel) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.CallOption) (grpc.ClientStream, error) {
-	return nil, status.Error(codes.Unimplemented, "streams are not served in process")
+// errNotInProcess answers the streams the Channel does not serve.
+var errNotInProcess = reason.Error(codes.Unimplemented, reason.ForCode(codes.Unimplemented), "streams are not served over REST yet")
+
+// NewStream opens a call of a server-streaming method that the Channel
+// does not serve (yet): its request, once sent, passes the opening chain
+// (OpenStreamsThrough), whose refusal is the call's answer, or else
+// UNIMPLEMENTED. Streams of other kinds, and unknown methods, are
+// UNIMPLEMENTED at once.
+func (c *Channel) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	if !c.streams[method] || desc.ClientStreams || c.opening == nil {
+		return nil, errNotInProcess
+	}
+	return &refusedStream{ctx: ctx, method: method, opening: c.opening, opts: opts}, nil
 }
+
+// refusedStream is a stream the Channel opens only to refuse it: SendMsg
+// runs the opening chain with its request, around a handler that answers
+// errNotInProcess, and returns the chain's answer; nothing is received.
+type refusedStream struct {
+	ctx     context.Context
+	method  string
+	opening grpc.UnaryServerInterceptor
+	opts    []grpc.CallOption
+
+	header, trailer metadata.MD
+	err             error
+}
+
+func (s *refusedStream) SendMsg(m any) error {
+	md, room := incomingMetadata(s.ctx)
+	sctx, stream := newCallContext(s.ctx, s.method, md, room)
+	_, s.err = s.opening(sctx, m, &grpc.UnaryServerInfo{FullMethod: s.method},
+		func(context.Context, any) (any, error) { return nil, errNotInProcess })
+	stream.deliver(s.opts)
+	s.header, s.trailer = stream.header.MD(), stream.trailer.MD()
+	if rc, ok := s.ctx.Value(restCallKey{}).(*restCall); ok {
+		rc.refusedHeader = s.header
+	}
+	if s.err == nil {
+		s.err = errNotInProcess
+	}
+	return s.err
+}
+
+func (s *refusedStream) RecvMsg(any) error            { return s.err }
+func (s *refusedStream) CloseSend() error             { return nil }
+func (s *refusedStream) Context() context.Context     { return s.ctx }
+func (s *refusedStream) Header() (metadata.MD, error) { return s.header, nil }
+func (s *refusedStream) Trailer() metadata.MD         { return s.trailer }
 
 // inprocStream collects the response metadata a handler sets with
 // grpc.SetHeader, grpc.SendHeader and grpc.SetTrailer, copying none of it

@@ -116,3 +116,47 @@ func testInprocChannel(t *testing.T) {
 		t.Errorf("unknown method: got %v, want Unimplemented", err)
 	}
 }
+
+// TestInprocChannelStreams: the Channel serves no stream, but a
+// server-streaming method's opening passes the opening chain, with the
+// call's incoming metadata and the request sent: the chain's refusal is
+// the call's answer, and a call it lets through is UNIMPLEMENTED. An
+// unknown stream is UNIMPLEMENTED at once.
+func TestInprocChannelStreams(t *testing.T) {
+	refused := status.Error(codes.Unauthenticated, "no key")
+	var seen []string
+	c := NewChannel(nil)
+	c.RegisterService(&shebav1.EventService_ServiceDesc, nil)
+	c.OpenStreamsThrough(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		key := metadata.ValueFromIncomingContext(ctx, "x-api-key")
+		seen = append(seen, info.FullMethod+" "+req.(*shebav1.StreamEventsRequest).GetAfterEventId())
+		if len(key) == 0 {
+			return nil, refused
+		}
+		return handler(ctx, req)
+	})
+	client := shebav1.NewEventServiceClient(c)
+	open := func(ctx context.Context) error {
+		s, err := client.StreamEvents(ctx, &shebav1.StreamEventsRequest{AfterEventId: "a1"})
+		if err != nil {
+			return err
+		}
+		_, err = s.Recv()
+		return err
+	}
+	if err := open(t.Context()); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("without a key: got %v, want the chain's Unauthenticated", err)
+	}
+	keyed := metadata.AppendToOutgoingContext(t.Context(), "x-api-key", "k1")
+	if err := open(keyed); status.Code(err) != codes.Unimplemented {
+		t.Errorf("with a key: got %v, want Unimplemented", err)
+	}
+	want := []string{"/sheba.v1.EventService/StreamEvents a1", "/sheba.v1.EventService/StreamEvents a1"}
+	if len(seen) != 2 || seen[0] != want[0] || seen[1] != want[1] {
+		t.Errorf("the chain saw %q, want %q", seen, want)
+	}
+	_, err := c.NewStream(t.Context(), &grpc.StreamDesc{ServerStreams: true}, "/sheba.v1.EventService/Nope")
+	if status.Code(err) != codes.Unimplemented {
+		t.Errorf("an unknown stream: got %v, want Unimplemented", err)
+	}
+}

@@ -84,6 +84,10 @@ type restCall struct {
 	// x-forwarded-for metadata.
 	call         callContext
 	forwardedFor [1]string
+	// refusedHeader is the response metadata of a stream refused at its
+	// opening (refusedStream), which grpc-gateway does not pass on with
+	// the error, as it does a unary call's: errorHandler writes it.
+	refusedHeader metadata.MD
 }
 
 func (c *restCall) Value(key any) any {

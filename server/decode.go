@@ -48,8 +48,15 @@ type codec struct {
 	tooLarge error
 }
 
-func (c *codec) Name() string                           { return c.base.Name() }
-func (c *codec) Marshal(v any) (mem.BufferSlice, error) { return c.base.Marshal(v) }
+func (c *codec) Name() string { return c.base.Name() }
+func (c *codec) Marshal(v any) (mem.BufferSlice, error) {
+	// A message encoded once for many streams (an event of
+	// StreamEvents) is sent as it is.
+	if e, ok := v.(interface{ encoded() []byte }); ok {
+		return mem.BufferSlice{mem.SliceBuffer(e.encoded())}, nil
+	}
+	return c.base.Marshal(v)
+}
 func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 	t, ok := v.(decodeTarget)
 	if !ok {

@@ -57,12 +57,12 @@ type App struct {
 	listenPool *pgxpool.Pool
 	// events follows the event log for the event streams
 	// (docs/events.md).
-	events *eventlog.Hub
-	store                       *store.Store
-	rate                        rateLimits
-	health                      *health.Checker
-	streams                     *drain.Drainer
-	grpc                        *grpc.Server
+	events  *eventlog.Hub
+	store   *store.Store
+	rate    rateLimits
+	health  *health.Checker
+	streams *drain.Drainer
+	grpc    *grpc.Server
 	// browser serves the browser protocols (Connect, gRPC-Web) on
 	// http.addr, through its ServeHTTP.
 	browser  *grpc.Server
@@ -140,9 +140,10 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	}
 	// The event hub keeps one connection listening for new events: in a
 	// pool of its own, so that it never takes one of the API's, nor waits
-	// behind them. Not traced: it waits, it does not query.
+	// behind them. Not traced: it waits, it does not query; and its wait
+	// is cut at once when the hub stops, not cancelled.
 	if a.listenPool, err = store.OpenPool(ctx, cfg.Database.URL, 1, tracenoop.NewTracerProvider(),
-		store.WithCanceler(&a.conns), store.WithFailover(a.failover)); err != nil {
+		store.WithCutOnCancel(), store.WithCanceler(&a.conns), store.WithFailover(a.failover)); err != nil {
 		return nil, err
 	}
 	if a.standby, err = openStandby(ctx, cfg, tp, &a.conns); err != nil {

@@ -17,6 +17,7 @@ import (
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/interceptors/apikey"
 	"github.com/shebasvc/sheba/interceptors/callinfo"
+	"github.com/shebasvc/sheba/interceptors/drain"
 	"github.com/shebasvc/sheba/interceptors/reason"
 	"github.com/shebasvc/sheba/interceptors/retryafter"
 	"github.com/shebasvc/sheba/server"
@@ -115,9 +116,7 @@ func endReason(ctx context.Context, err error) string {
 		return endTooSlow
 	case err == nil, status.Code(err) == codes.Canceled, errors.Is(err, context.Canceled) && ctx.Err() != nil:
 		return endClient
-	case status.Code(err) == codes.Unavailable && ctx.Err() == nil:
-		// The drain ended it (interceptors/drain), or the hub stopped
-		// with the process.
+	case errors.Is(err, drain.ErrShuttingDown):
 		return endShutdown
 	}
 	return endError

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/shebasvc/sheba/interceptors/drain"
 	"github.com/shebasvc/sheba/server"
 )
 
@@ -45,7 +46,8 @@ func TestEndReason(t *testing.T) {
 		{"max_duration", live, server.ErrStreamEnded, endMaxDuration},
 		{"too slow", live, server.ErrStreamTooSlow, endTooSlow},
 		{"client went away", gone, context.Canceled, endClient},
-		{"drain", live, status.Error(codes.Unavailable, "server shutting down"), endShutdown},
+		{"drain", live, drain.ErrShuttingDown, endShutdown},
+		{"database down", live, status.Error(codes.Unavailable, "database unavailable"), endError},
 		{"internal", live, status.Error(codes.Internal, "internal error"), endError},
 	} {
 		if got := endReason(c.ctx, c.err); got != c.want {

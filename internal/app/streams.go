@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"io"
 	"sync"
 	"time"
 
@@ -237,20 +238,26 @@ func (o *streamOpening) StreamServerInterceptor(others grpc.StreamServerIntercep
 }
 
 // openedStream is a stream whose request was read already: its handler's
-// RecvMsg gets that request.
+// first RecvMsg gets that request, and any later one io.EOF, as a
+// server-streaming call has one request.
 type openedStream struct {
 	grpc.ServerStream
-	ctx context.Context
-	req any
+	ctx  context.Context
+	req  any
+	read bool
 }
 
 func (s *openedStream) Context() context.Context { return s.ctx }
 
 func (s *openedStream) RecvMsg(m any) error {
+	if s.read {
+		return io.EOF
+	}
+	s.read = true
 	dst, ok := m.(proto.Message)
 	src, ok2 := s.req.(proto.Message)
 	if !ok || !ok2 {
-		return status.Error(codes.Internal, "internal error")
+		return errInternal
 	}
 	proto.Reset(dst)
 	proto.Merge(dst, src)

@@ -182,13 +182,13 @@ type eventsLimits struct{ maxStreams, maxPerKey int }
 // Open opens a stream of method, whose request is req, on the stream
 // context ctx: through the chain (see streamOpening), then, admitted and
 // given a stream slot, it sends the headers the chain left and runs
-// serve, with the chain's context (the call's Info, the caller) ending
-// with ctx, not at the opening's deadline. Refused, it returns the
-// chain's answer and serve does not run. The slot is freed when serve
-// returns.
-func (o *streamOpening) Open(ctx context.Context, method string, req any, serve func(ctx context.Context) error) error {
+// serve with the request the chain passed on (the hook may replace it)
+// and the chain's context (the call's Info, the caller) ending with ctx,
+// not at the opening's deadline. Refused, it returns the chain's answer
+// and serve does not run. The slot is freed when serve returns.
+func (o *streamOpening) Open(ctx context.Context, method string, req any, serve func(ctx context.Context, req any) error) error {
 	info := &grpc.UnaryServerInfo{FullMethod: method}
-	_, err := o.chain(ctx, req, info, func(octx context.Context, _ any) (any, error) {
+	_, err := o.chain(ctx, req, info, func(octx context.Context, req any) (any, error) {
 		key := apikey.IDFromContext(octx)
 		if !o.slots.acquire(key) {
 			retryafter.Set(octx, streamRetry)
@@ -207,7 +207,7 @@ func (o *streamOpening) Open(ctx context.Context, method string, req any, serve 
 		defer stop()
 		o.metrics.open.Inc()
 		defer o.metrics.open.Dec()
-		err := serve(sctx)
+		err := serve(sctx, req)
 		o.metrics.ended.WithLabelValues(endReason(ctx, err)).Inc()
 		return nil, err
 	})
@@ -231,7 +231,7 @@ func (o *streamOpening) StreamServerInterceptor(others grpc.StreamServerIntercep
 		if err != nil {
 			return err
 		}
-		return o.Open(ss.Context(), info.FullMethod, req, func(ctx context.Context) error {
+		return o.Open(ss.Context(), info.FullMethod, req, func(ctx context.Context, req any) error {
 			return handler(srv, &openedStream{ServerStream: ss, ctx: ctx, req: req})
 		})
 	}

@@ -456,4 +456,3 @@ func TestStreamEventsMemory(t *testing.T) {
 		t.Errorf("memory per idle stream: %d KiB, want at most 64 KiB", per>>10)
 	}
 }
-

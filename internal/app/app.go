@@ -261,7 +261,7 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 		grpc.ChainStreamInterceptor(
 			concurrency.StreamServerInterceptor(concurrency.NewLimiter(cfg.GRPC.MaxOpenStreams)),
 			a.streams.StreamServerInterceptor()))
-	services.RegisterChained(a.grpc, chain)
+	services.RegisterChained(o.registrar(a.grpc), chain)
 	healthpb.RegisterHealthServer(a.grpc, a.health.Service())
 	if cfg.GRPC.Reflection {
 		reflection.Register(a.grpc)
@@ -278,11 +278,13 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 	// as sent to grpc.max_recv_bytes (or http.max_body_bytes, if smaller);
 	// transcoded from JSON, a message may grow a little, and is not refused
 	// for that (no bound in its codec).
-	a.browser = newGRPCServer(cfg, tp, 0, grpc.StreamInterceptor(a.streams.StreamServerInterceptor()))
-	services.RegisterChained(a.browser, chain)
+	//
+	// A stream's opening passes the chain (openThrough), inside the drain.
+	a.browser = newGRPCServer(cfg, tp, 0, grpc.ChainStreamInterceptor(a.streams.StreamServerInterceptor(), openThrough(chain)))
+	services.RegisterChained(o.registrar(a.browser), chain)
 
 	channel := gateway.NewChannel(nil)
-	services.RegisterChained(channel, chain)
+	services.RegisterChained(o.registrar(channel), chain)
 	// Streams are not served over REST yet: their opening passes the
 	// chain (so a call without a key is 401), then answers 501.
 	channel.OpenStreamsThrough(chain)

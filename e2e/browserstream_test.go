@@ -1,0 +1,175 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+
+	"connectrpc.com/connect"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
+	"github.com/shebasvc/sheba/interceptors/callinfo"
+	"github.com/shebasvc/sheba/interceptors/reason"
+	"github.com/shebasvc/sheba/internal/app"
+)
+
+// cannedEvents is a test double of EventService: each stream gets at once
+// a heartbeat whose cursor names its caller (as the chain found it), then
+// every event published while it is open that its filter takes, until the
+// client goes. It stands in for the event log's streams, so that the
+// transports are tested on their own.
+type cannedEvents struct {
+	shebav1.UnimplementedEventServiceServer
+
+	mu      sync.Mutex
+	streams map[chan *shebav1.Event]bool
+	// opened has a value for each stream that has sent its first message.
+	opened chan struct{}
+}
+
+func newCannedEvents() *cannedEvents {
+	return &cannedEvents{streams: map[chan *shebav1.Event]bool{}, opened: make(chan struct{}, 16)}
+}
+
+func (c *cannedEvents) StreamEvents(req *shebav1.StreamEventsRequest, stream grpc.ServerStreamingServer[shebav1.StreamEventsResponse]) error {
+	ctx := stream.Context()
+	caller := "none"
+	if info := callinfo.FromContext(ctx); info != nil && info.CallerID != "" {
+		caller = info.CallerID
+	}
+	ch := make(chan *shebav1.Event, 16)
+	c.mu.Lock()
+	c.streams[ch] = true
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.streams, ch)
+		c.mu.Unlock()
+	}()
+	if err := stream.Send(&shebav1.StreamEventsResponse{Message: &shebav1.StreamEventsResponse_Heartbeat{
+		Heartbeat: &shebav1.Heartbeat{Cursor: "caller=" + caller + ",after=" + req.GetAfterEventId()},
+	}}); err != nil {
+		return err
+	}
+	c.opened <- struct{}{}
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case ev := <-ch:
+			if len(req.GetEventTypes()) > 0 && !slices.Contains(req.GetEventTypes(), ev.GetType()) {
+				continue
+			}
+			if err := stream.Send(&shebav1.StreamEventsResponse{Message: &shebav1.StreamEventsResponse_Event{Event: ev}}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// publish hands ev to every open stream.
+func (c *cannedEvents) publish(ev *shebav1.Event) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for ch := range c.streams {
+		ch <- ev
+	}
+}
+
+// cannedEvent is an event of type typ with id id.
+func cannedEvent(t *testing.T, id, typ string) *shebav1.Event {
+	t.Helper()
+	data, err := structpb.NewStruct(map[string]any{"id": "sub-" + id, "state": "ACTIVE"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &shebav1.Event{Id: id, Type: typ, CreateTime: timestamppb.Now(), Data: data}
+}
+
+// TestBrowserStreams: StreamEvents over Connect (JSON and proto) and
+// gRPC-Web, with connect-go's clients through the HTTP listener: the
+// opening passes the chain (the handler sees the caller; no key is
+// UNAUTHENTICATED, a bad event type INVALID_ARGUMENT, each with its
+// ErrorInfo), the first message arrives while the stream stays open, and
+// an event published later reaches the open stream, filtered by type.
+func TestBrowserStreams(t *testing.T) {
+	t.Parallel()
+	events := newCannedEvents()
+	e := newTestEnvWith(t, nil, []app.Option{app.WithEventServer(events)})
+	url := e.baseURL + shebav1.EventService_StreamEvents_FullMethodName
+	for _, p := range []string{"connect-json", "connect-proto", "grpc-web"} {
+		t.Run(p, func(t *testing.T) {
+			var opts []connect.ClientOption
+			switch p {
+			case "connect-json":
+				opts = append(opts, connect.WithProtoJSON())
+			case "grpc-web":
+				opts = append(opts, connect.WithGRPCWeb())
+			}
+			client := connect.NewClient[shebav1.StreamEventsRequest, shebav1.StreamEventsResponse](http.DefaultClient, url, opts...)
+			open := func(ctx context.Context, key string, req *shebav1.StreamEventsRequest) *connect.ServerStreamForClient[shebav1.StreamEventsResponse] {
+				r := connect.NewRequest(req)
+				if key != "" {
+					r.Header().Set("X-Api-Key", key)
+				}
+				r.Header().Set("X-Request-Id", "stream-"+p)
+				s, err := client.CallServerStream(ctx, r)
+				if err != nil {
+					t.Fatalf("open: %v", err)
+				}
+				return s
+			}
+			refused := func(name, key string, req *shebav1.StreamEventsRequest, code codes.Code, why, field string) {
+				t.Helper()
+				s := open(t.Context(), key, req)
+				defer s.Close()
+				if s.Receive() {
+					t.Fatalf("%s: got message %v, want %v", name, s.Msg(), code)
+				}
+				var ce *connect.Error
+				if !errors.As(s.Err(), &ce) {
+					t.Fatalf("%s: got %v, want a connect error", name, s.Err())
+				}
+				wantStatus(t, statusOfConnect(t, ce), code, why, field)
+			}
+			refused("without a key", "", &shebav1.StreamEventsRequest{}, codes.Unauthenticated, reason.APIKeyMissing, "")
+			refused("a bad event type", testKey, &shebav1.StreamEventsRequest{EventTypes: []string{"no.such.type"}},
+				codes.InvalidArgument, reason.InvalidArgument, "event_types[0]")
+
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			s := open(ctx, testKey, &shebav1.StreamEventsRequest{
+				EventTypes: []string{"subscription.created"}, AfterEventId: "evt-0",
+			})
+			defer s.Close()
+			if !s.Receive() {
+				t.Fatalf("first message: %v", s.Err())
+			}
+			if got, want := s.Msg().GetHeartbeat().GetCursor(), "caller=test,after=evt-0"; got != want {
+				t.Errorf("first message: got %v, want a heartbeat with cursor %q", s.Msg(), want)
+			}
+			if got := s.ResponseHeader().Get("X-Request-Id"); got != "stream-"+p {
+				t.Errorf("X-Request-Id %q, want the request's", got)
+			}
+			<-events.opened
+			// The stream is open and has sent its first message: what is
+			// published now reaches it, filtered.
+			events.publish(cannedEvent(t, "evt-1", "account.created"))
+			events.publish(cannedEvent(t, "evt-2", "subscription.created"))
+			if !s.Receive() {
+				t.Fatalf("event: %v", s.Err())
+			}
+			ev := s.Msg().GetEvent()
+			if ev.GetId() != "evt-2" || ev.GetType() != "subscription.created" || ev.GetData().GetFields()["id"].GetStringValue() != "sub-evt-2" {
+				t.Errorf("event: got %v, want evt-2 subscription.created with its data", s.Msg())
+			}
+		})
+	}
+}

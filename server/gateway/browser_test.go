@@ -248,9 +248,11 @@ func TestBrowserGuardsUnit(t *testing.T) {
 		{"unknown method, another type", "", "text/plain", valid, nil, http.StatusNotFound, codes.NotFound, reason.RouteNotFound},
 		{"GET", http.MethodGet, proto, nil, nil, http.StatusMethodNotAllowed, codes.Unimplemented, reason.MethodNotAllowed},
 		{"another type", "", "text/plain", valid, nil, http.StatusUnsupportedMediaType, codes.InvalidArgument, reason.UnsupportedMediaType},
-		// Not served over the browser protocols yet.
-		{"stream, gRPC-Web", "", web, grpcWebFrame(0, nil), nil, http.StatusOK, codes.Unimplemented, "UNIMPLEMENTED"},
-		{"stream, Connect", "", proto, nil, nil, http.StatusNotImplemented, codes.Unimplemented, "UNIMPLEMENTED"},
+		// A server-streaming method: Connect's streaming types, and
+		// gRPC-Web's, with the same guards.
+		{"stream, Connect's unary type", "", proto, nil, nil, http.StatusUnsupportedMediaType, codes.InvalidArgument, reason.UnsupportedMediaType},
+		{"stream, gRPC-Web bad flag", "", web, grpcWebFrame(2, nil), nil, http.StatusOK, codes.InvalidArgument, reason.MalformedBody},
+		{"Connect's streaming type, unary method", "", "application/connect+proto", valid, nil, http.StatusUnsupportedMediaType, codes.InvalidArgument, reason.UnsupportedMediaType},
 	} {
 		t.Run(test.name, func(t *testing.T) {
 			method, path := test.method, createAccount

@@ -2,18 +2,24 @@ package e2e
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/shebasvc/sheba/config"
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/interceptors/callinfo"
 	"github.com/shebasvc/sheba/interceptors/reason"
@@ -171,5 +177,97 @@ func TestBrowserStreams(t *testing.T) {
 				t.Errorf("event: got %v, want evt-2 subscription.created with its data", s.Msg())
 			}
 		})
+	}
+}
+
+// TestBrowserStreamText: a gRPC-Web text stream sends each message as a
+// base64 string of its own, padded: the first heartbeat decodes whole
+// while the stream stays open, before anything else is sent.
+func TestBrowserStreamText(t *testing.T) {
+	t.Parallel()
+	events := newCannedEvents()
+	e := newTestEnvWith(t, nil, []app.Option{app.WithEventServer(events)})
+	// A message whose frame's base64 would end mid-group unpadded.
+	req := &shebav1.StreamEventsRequest{AfterEventId: "evt-x"}
+	msg, err := proto.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	frame := binary.BigEndian.AppendUint32([]byte{0}, uint32(len(msg)))
+	body := base64.StdEncoding.EncodeToString(append(frame, msg...))
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, e.baseURL+shebav1.EventService_StreamEvents_FullMethodName, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hr.Header.Set("Content-Type", "application/grpc-web-text")
+	hr.Header.Set("X-Grpc-Web", "1")
+	hr.Header.Set("X-Api-Key", testKey)
+	r, err := http.DefaultClient.Do(hr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Body.Close()
+	if ct := r.Header.Get("Content-Type"); r.StatusCode != http.StatusOK || !strings.HasPrefix(ct, "application/grpc-web-text") {
+		t.Fatalf("HTTP %d, Content-Type %q", r.StatusCode, ct)
+	}
+	// Read until the text holds a whole frame: with the stream open and
+	// nothing published, only the first heartbeat can complete it.
+	var text []byte
+	buf := make([]byte, 512)
+	for {
+		n, err := r.Body.Read(buf)
+		text = append(text, buf[:n]...)
+		if len(text)%4 == 0 && len(text) > 0 {
+			if bin, derr := base64.StdEncoding.DecodeString(string(text)); derr == nil && len(bin) >= 5 &&
+				int(binary.BigEndian.Uint32(bin[1:5])) == len(bin)-5 {
+				var got shebav1.StreamEventsResponse
+				if err := proto.Unmarshal(bin[5:], &got); err != nil {
+					t.Fatal(err)
+				}
+				if want := "caller=test,after=evt-x"; got.GetHeartbeat().GetCursor() != want {
+					t.Errorf("first message %v, want a heartbeat with cursor %q", &got, want)
+				}
+				return
+			}
+		}
+		if err != nil {
+			t.Fatalf("after %q: %v", text, err)
+		}
+	}
+}
+
+// TestBrowserStreamTimeouts: a browser stream outlives http.read_timeout
+// and http.write_timeout, which bound reading its request and each write,
+// not the stream: an event published after both have passed reaches it,
+// over HTTP/1.1 as a browser on plain HTTP speaks it.
+func TestBrowserStreamTimeouts(t *testing.T) {
+	t.Parallel()
+	events := newCannedEvents()
+	const timeout = 300 * time.Millisecond
+	e := newTestEnvWith(t, nil, []app.Option{app.WithEventServer(events)}, func(c *config.Config) {
+		c.HTTP.ReadHeaderTimeout, c.HTTP.ReadTimeout, c.HTTP.WriteTimeout = timeout, timeout, timeout
+	})
+	client := connect.NewClient[shebav1.StreamEventsRequest, shebav1.StreamEventsResponse](http.DefaultClient,
+		e.baseURL+shebav1.EventService_StreamEvents_FullMethodName)
+	r := connect.NewRequest(&shebav1.StreamEventsRequest{})
+	r.Header().Set("X-Api-Key", testKey)
+	s, err := client.CallServerStream(t.Context(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if !s.Receive() {
+		t.Fatalf("first message: %v", s.Err())
+	}
+	<-events.opened
+	time.Sleep(3 * timeout)
+	events.publish(cannedEvent(t, "evt-late", "subscription.created"))
+	if !s.Receive() {
+		t.Fatalf("after the HTTP timeouts: %v", s.Err())
+	}
+	if got := s.Msg().GetEvent().GetId(); got != "evt-late" {
+		t.Errorf("got %v, want evt-late", s.Msg())
 	}
 }

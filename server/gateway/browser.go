@@ -329,11 +329,8 @@ func (b *browser) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r.Header.Del("Connect-Content-Encoding")
 	r.Header.Del("Content-Length")
 	if stream {
-		// Nothing more is read of a stream's request, which may stay open
-		// much longer than http.read_timeout (on HTTP/1, net/http would
-		// cancel the call when the read deadline passes); each write
-		// has http.write_timeout of its own.
-		_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+		// Each write of a stream's answer has http.write_timeout of its
+		// own, which net/http counts from the request's headers.
 		w = &streamWriter{ResponseWriter: w, timeout: b.writeTimeout}
 	}
 	if p.text {

@@ -178,6 +178,20 @@ func TestBrowserStreams(t *testing.T) {
 			}
 		})
 	}
+
+	// Each opening counted once, under the gRPC method, as a unary call.
+	const m = "method=" + shebav1.EventService_StreamEvents_FullMethodName
+	want := map[string]float64{
+		m + ",code=OK,api_key_id=test":              3,
+		m + ",code=Unauthenticated,api_key_id=none": 3,
+		m + ",code=InvalidArgument,api_key_id=test": 3,
+	}
+	got := series(e.scrape(t), "sheba_requests_total", "method", "code", "api_key_id")
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("sheba_requests_total{%s}: got %v, want %v", k, got[k], v)
+		}
+	}
 }
 
 // TestBrowserStreamText: a gRPC-Web text stream sends each message as a
@@ -269,5 +283,45 @@ func TestBrowserStreamTimeouts(t *testing.T) {
 	}
 	if got := s.Msg().GetEvent().GetId(); got != "evt-late" {
 		t.Errorf("got %v, want evt-late", s.Msg())
+	}
+}
+
+// TestBrowserStreamShutdown: at shutdown, once the drain delay has passed,
+// an open browser stream ends with UNAVAILABLE (the client resumes
+// elsewhere), and sheba stops without cutting anything: the stream does
+// not hold the HTTP server's drain to shutdown.timeout.
+func TestBrowserStreamShutdown(t *testing.T) {
+	t.Parallel()
+	events := newCannedEvents()
+	e := newTestEnvWith(t, nil, []app.Option{app.WithEventServer(events)})
+	for _, p := range []string{"connect-proto", "grpc-web"} {
+		var opts []connect.ClientOption
+		if p == "grpc-web" {
+			opts = append(opts, connect.WithGRPCWeb())
+		}
+		client := connect.NewClient[shebav1.StreamEventsRequest, shebav1.StreamEventsResponse](http.DefaultClient,
+			e.baseURL+shebav1.EventService_StreamEvents_FullMethodName, opts...)
+		r := connect.NewRequest(&shebav1.StreamEventsRequest{})
+		r.Header().Set("X-Api-Key", testKey)
+		s, err := client.CallServerStream(t.Context(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if !s.Receive() {
+			t.Fatalf("%s: first message: %v", p, s.Err())
+		}
+		<-events.opened
+		defer func() {
+			if s.Receive() {
+				t.Errorf("%s: got %v after shutdown, want the stream's end", p, s.Msg())
+			}
+			if got := connect.CodeOf(s.Err()); got != connect.CodeUnavailable {
+				t.Errorf("%s: the stream ended with %v, want unavailable", p, s.Err())
+			}
+		}()
+	}
+	if err := e.stop(); err != nil {
+		t.Errorf("shutdown with open browser streams: %v", err)
 	}
 }

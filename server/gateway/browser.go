@@ -180,7 +180,7 @@ type browser struct {
 	// writeTimeout is http.write_timeout, which bounds each write of a
 	// stream's answer rather than the whole stream (streamWriter).
 	writeTimeout time.Duration
-	errors  *connect.ErrorWriter
+	errors       *connect.ErrorWriter
 	// gw writes the errors of requests that speak no browser protocol, as
 	// REST does.
 	gw *runtime.ServeMux

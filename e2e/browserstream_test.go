@@ -99,6 +99,35 @@ func cannedEvent(t *testing.T, id, typ string) *shebav1.Event {
 	return &shebav1.Event{Id: id, Type: typ, CreateTime: timestamppb.Now(), Data: data}
 }
 
+// openEvents opens StreamEvents over browser protocol p (connect-json,
+// connect-proto or grpc-web) with connect-go's client, with key in
+// x-api-key unless it is "", and header's name, value pairs.
+func openEvents(ctx context.Context, t *testing.T, e *testEnv, p, key string, req *shebav1.StreamEventsRequest, header ...string) *connect.ServerStreamForClient[shebav1.StreamEventsResponse] {
+	t.Helper()
+	var opts []connect.ClientOption
+	switch p {
+	case "connect-json":
+		opts = append(opts, connect.WithProtoJSON())
+	case "grpc-web":
+		opts = append(opts, connect.WithGRPCWeb())
+	}
+	client := connect.NewClient[shebav1.StreamEventsRequest, shebav1.StreamEventsResponse](http.DefaultClient,
+		e.baseURL+shebav1.EventService_StreamEvents_FullMethodName, opts...)
+	r := connect.NewRequest(req)
+	if key != "" {
+		r.Header().Set("X-Api-Key", key)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		r.Header().Set(header[i], header[i+1])
+	}
+	s, err := client.CallServerStream(ctx, r)
+	if err != nil {
+		t.Fatalf("open StreamEvents over %s: %v", p, err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 // TestBrowserStreams: StreamEvents over Connect (JSON and proto) and
 // gRPC-Web, with connect-go's clients through the HTTP listener: the
 // opening passes the chain (the handler sees the caller; no key is
@@ -109,28 +138,10 @@ func TestBrowserStreams(t *testing.T) {
 	t.Parallel()
 	events := newCannedEvents()
 	e := newTestEnvWith(t, nil, []app.Option{app.WithEventServer(events)})
-	url := e.baseURL + shebav1.EventService_StreamEvents_FullMethodName
 	for _, p := range []string{"connect-json", "connect-proto", "grpc-web"} {
 		t.Run(p, func(t *testing.T) {
-			var opts []connect.ClientOption
-			switch p {
-			case "connect-json":
-				opts = append(opts, connect.WithProtoJSON())
-			case "grpc-web":
-				opts = append(opts, connect.WithGRPCWeb())
-			}
-			client := connect.NewClient[shebav1.StreamEventsRequest, shebav1.StreamEventsResponse](http.DefaultClient, url, opts...)
 			open := func(ctx context.Context, key string, req *shebav1.StreamEventsRequest) *connect.ServerStreamForClient[shebav1.StreamEventsResponse] {
-				r := connect.NewRequest(req)
-				if key != "" {
-					r.Header().Set("X-Api-Key", key)
-				}
-				r.Header().Set("X-Request-Id", "stream-"+p)
-				s, err := client.CallServerStream(ctx, r)
-				if err != nil {
-					t.Fatalf("open: %v", err)
-				}
-				return s
+				return openEvents(ctx, t, e, p, key, req, "X-Request-Id", "stream-"+p)
 			}
 			refused := func(name, key string, req *shebav1.StreamEventsRequest, code codes.Code, why, field string) {
 				t.Helper()
@@ -154,7 +165,6 @@ func TestBrowserStreams(t *testing.T) {
 			s := open(ctx, testKey, &shebav1.StreamEventsRequest{
 				EventTypes: []string{"subscription.created"}, AfterEventId: "evt-0",
 			})
-			defer s.Close()
 			if !s.Receive() {
 				t.Fatalf("first message: %v", s.Err())
 			}
@@ -263,15 +273,7 @@ func TestBrowserStreamTimeouts(t *testing.T) {
 	e := newTestEnvWith(t, nil, []app.Option{app.WithEventServer(events)}, func(c *config.Config) {
 		c.HTTP.ReadHeaderTimeout, c.HTTP.ReadTimeout, c.HTTP.WriteTimeout = timeout, timeout, timeout
 	})
-	client := connect.NewClient[shebav1.StreamEventsRequest, shebav1.StreamEventsResponse](http.DefaultClient,
-		e.baseURL+shebav1.EventService_StreamEvents_FullMethodName)
-	r := connect.NewRequest(&shebav1.StreamEventsRequest{})
-	r.Header().Set("X-Api-Key", testKey)
-	s, err := client.CallServerStream(t.Context(), r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openEvents(t.Context(), t, e, "connect-proto", testKey, &shebav1.StreamEventsRequest{})
 	if !s.Receive() {
 		t.Fatalf("first message: %v", s.Err())
 	}
@@ -295,19 +297,7 @@ func TestBrowserStreamShutdown(t *testing.T) {
 	events := newCannedEvents()
 	e := newTestEnvWith(t, nil, []app.Option{app.WithEventServer(events)})
 	for _, p := range []string{"connect-proto", "grpc-web"} {
-		var opts []connect.ClientOption
-		if p == "grpc-web" {
-			opts = append(opts, connect.WithGRPCWeb())
-		}
-		client := connect.NewClient[shebav1.StreamEventsRequest, shebav1.StreamEventsResponse](http.DefaultClient,
-			e.baseURL+shebav1.EventService_StreamEvents_FullMethodName, opts...)
-		r := connect.NewRequest(&shebav1.StreamEventsRequest{})
-		r.Header().Set("X-Api-Key", testKey)
-		s, err := client.CallServerStream(t.Context(), r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
+		s := openEvents(t.Context(), t, e, p, testKey, &shebav1.StreamEventsRequest{})
 		if !s.Receive() {
 			t.Fatalf("%s: first message: %v", p, s.Err())
 		}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"net/url"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -82,5 +83,66 @@ func TestBrowserPageEvents(t *testing.T) {
 				t.Errorf("events listed %q, want the one subscription.created evt-s with its data", items)
 			}
 		})
+	}
+}
+
+// TestBrowserPageEventsResume: the page's stream ends with UNAVAILABLE
+// after each event (as at events.max_duration); watchEvents opens it again
+// after the last event's id, and the page lists the event published on the
+// second stream after the first one's.
+func TestBrowserPageEventsResume(t *testing.T) {
+	chromium := chromiumPath(t)
+	page := servePage(t)
+	events := newCannedEvents()
+	events.endAfter = 1
+	e := newTestEnvWith(t, nil, []app.Option{app.WithEventServer(events)},
+		func(c *config.Config) { c.HTTP.CORS.AllowedOrigins = []string{page} })
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	addr := page + "/?" + url.Values{"server": {e.baseURL}, "key": {testKey}, "protocol": {"connect"},
+		"watch": {""}, "max": {"2"}}.Encode()
+	cmd := exec.CommandContext(ctx, chromium,
+		"--headless", "--disable-gpu", "--no-first-run", "--no-default-browser-check", "--no-sandbox",
+		"--user-data-dir="+t.TempDir(), "--virtual-time-budget=5000", "--dump-dom", addr)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	type result struct {
+		out []byte
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := cmd.Output()
+		done <- result{out, err}
+	}()
+	for _, id := range []string{"evt-1", "evt-2"} {
+		select {
+		case <-events.opened:
+		case r := <-done:
+			t.Fatalf("chromium ended before the page's stream opened: %v\n%s\n%s", r.err, r.out, stderr.String())
+		}
+		events.publish(cannedEvent(t, id, "subscription.created"))
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("chromium %s: %v\n%s", addr, r.err, stderr.String())
+	}
+	doc, err := html.Parse(strings.NewReader(string(r.out)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var items []string
+	for li := range domByID(doc, "events").Descendants() {
+		if li.Type == html.ElementNode && li.Data == "li" {
+			items = append(items, domText(li))
+		}
+	}
+	if len(items) != 2 || !strings.Contains(items[0], " evt-1 ") || !strings.Contains(items[1], " evt-2 ") {
+		t.Errorf("events listed %q, want evt-1 then evt-2", items)
+	}
+	events.mu.Lock()
+	defer events.mu.Unlock()
+	if want := []string{"", "evt-1"}; !slices.Equal(events.afters, want) {
+		t.Errorf("the page opened streams after %q, want %q: from now, then after the last event", events.afters, want)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -36,8 +37,13 @@ type cannedEvents struct {
 
 	mu      sync.Mutex
 	streams map[chan *shebav1.Event]bool
+	// afters are the after_event_id of every stream opened, in order.
+	afters []string
 	// opened has a value for each stream that has sent its first message.
 	opened chan struct{}
+	// endAfter, if not 0, ends each stream with UNAVAILABLE after it has
+	// sent that many events, as sheba ends one at events.max_duration.
+	endAfter int
 }
 
 func newCannedEvents() *cannedEvents {
@@ -53,6 +59,7 @@ func (c *cannedEvents) StreamEvents(req *shebav1.StreamEventsRequest, stream grp
 	ch := make(chan *shebav1.Event, 16)
 	c.mu.Lock()
 	c.streams[ch] = true
+	c.afters = append(c.afters, req.GetAfterEventId())
 	c.mu.Unlock()
 	defer func() {
 		c.mu.Lock()
@@ -65,6 +72,7 @@ func (c *cannedEvents) StreamEvents(req *shebav1.StreamEventsRequest, stream grp
 		return err
 	}
 	c.opened <- struct{}{}
+	sent := 0
 	for {
 		select {
 		case <-ctx.Done():
@@ -75,6 +83,9 @@ func (c *cannedEvents) StreamEvents(req *shebav1.StreamEventsRequest, stream grp
 			}
 			if err := stream.Send(&shebav1.StreamEventsResponse{Message: &shebav1.StreamEventsResponse_Event{Event: ev}}); err != nil {
 				return err
+			}
+			if sent++; sent == c.endAfter {
+				return status.Error(codes.Unavailable, "the stream's max_duration has passed")
 			}
 		}
 	}

@@ -275,14 +275,16 @@ func TestBrowserStreamText(t *testing.T) {
 
 // TestBrowserStreamTimeouts: a browser stream outlives http.read_timeout
 // and http.write_timeout, which bound reading its request and each write,
-// not the stream: an event published after both have passed reaches it,
-// over HTTP/1.1 as a browser on plain HTTP speaks it.
+// and limits.timeout, which bounds its opening, not the stream: an event
+// published after all have passed reaches it, over HTTP/1.1 as a browser
+// on plain HTTP speaks it.
 func TestBrowserStreamTimeouts(t *testing.T) {
 	t.Parallel()
 	events := newCannedEvents()
 	const timeout = 300 * time.Millisecond
 	e := newTestEnvWith(t, nil, []app.Option{app.WithEventServer(events)}, func(c *config.Config) {
 		c.HTTP.ReadHeaderTimeout, c.HTTP.ReadTimeout, c.HTTP.WriteTimeout = timeout, timeout, timeout
+		c.Limits.Timeout = timeout
 	})
 	s := openEvents(t.Context(), t, e, "connect-proto", testKey, &shebav1.StreamEventsRequest{})
 	if !s.Receive() {

@@ -300,7 +300,7 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 		grpc.ChainStreamInterceptor(
 			streams.StreamServerInterceptor(concurrency.StreamServerInterceptor(concurrency.NewLimiter(cfg.GRPC.MaxOpenStreams))),
 			a.streams.StreamServerInterceptor()))
-	services.RegisterChained(a.grpc, chain)
+	services.RegisterChained(o.registrar(a.grpc), chain)
 	healthpb.RegisterHealthServer(a.grpc, a.health.Service())
 	if cfg.GRPC.Reflection {
 		reflection.Register(a.grpc)
@@ -319,10 +319,10 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 	// for that (no bound in its codec).
 	a.browser = newGRPCServer(cfg, tp, 0, grpc.ChainStreamInterceptor(
 		streams.StreamServerInterceptor(nil), a.streams.StreamServerInterceptor()))
-	services.RegisterChained(a.browser, chain)
+	services.RegisterChained(o.registrar(a.browser), chain)
 
 	channel := gateway.NewChannel(nil)
-	services.RegisterChained(channel, chain)
+	services.RegisterChained(o.registrar(channel), chain)
 	// Streams are not served over REST yet: their opening passes the
 	// chain (so a call without a key is 401), then answers 501.
 	channel.OpenStreamsThrough(chain)

@@ -76,7 +76,7 @@ func (c *cannedEvents) StreamEvents(req *shebav1.StreamEventsRequest, stream grp
 	for {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return status.FromContextError(ctx.Err()).Err()
 		case ev := <-ch:
 			if len(req.GetEventTypes()) > 0 && !slices.Contains(req.GetEventTypes(), ev.GetType()) {
 				continue
@@ -200,17 +200,33 @@ func TestBrowserStreams(t *testing.T) {
 		})
 	}
 
-	// Each opening counted once, under the gRPC method, as a unary call.
+	// Each stream counted once, under the gRPC method: a refused one with
+	// its code, an admitted one when it ends (here canceled by its client,
+	// once its subtest returned).
 	const m = "method=" + shebav1.EventService_StreamEvents_FullMethodName
 	want := map[string]float64{
-		m + ",code=OK,api_key_id=test":              3,
+		m + ",code=Canceled,api_key_id=test":        3,
 		m + ",code=Unauthenticated,api_key_id=none": 3,
 		m + ",code=InvalidArgument,api_key_id=test": 3,
 	}
-	got := series(e.scrape(t), "sheba_requests_total", "method", "code", "api_key_id")
-	for k, v := range want {
-		if got[k] != v {
-			t.Errorf("sheba_requests_total{%s}: got %v, want %v", k, got[k], v)
+	var got map[string]float64
+	counted := func() bool {
+		got = series(e.scrape(t), "sheba_requests_total", "method", "code", "api_key_id")
+		for k, v := range want {
+			if got[k] != v {
+				return false
+			}
+		}
+		return true
+	}
+	for start := time.Now(); !counted() && time.Since(start) < 10*time.Second; {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !counted() {
+		for k, v := range want {
+			if got[k] != v {
+				t.Errorf("sheba_requests_total{%s}: got %v, want %v (all: %v)", k, got[k], v, got)
+			}
 		}
 	}
 }

@@ -456,3 +456,27 @@ func TestStreamEventsMemory(t *testing.T) {
 		t.Errorf("memory per idle stream: %d KiB, want at most 64 KiB", per>>10)
 	}
 }
+
+// TestStreamEventsClientCancel: a stream its client cancels is counted
+// once, with CANCELLED (not UNKNOWN) in sheba_requests_total and the end
+// reason client.
+func TestStreamEventsClientCancel(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	s := e.openEvents(ctx, t, &shebav1.StreamEventsRequest{})
+	if _, err := s.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	var requests, ended map[string]float64
+	waitFor(t, 10*time.Second, "the canceled stream counted", func() bool {
+		m := e.scrape(t)
+		requests = series(m, "sheba_requests_total", "method", "code")
+		ended = series(m, "sheba_streams_ended_total", "reason")
+		return ended["reason=client"] == 1
+	})
+	if got := requests["method=/sheba.v1.EventService/StreamEvents,code=Canceled"]; got != 1 {
+		t.Errorf("sheba_requests_total of StreamEvents, Canceled: got %v, want 1 (all: %v)", got, requests)
+	}
+}

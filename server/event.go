@@ -8,6 +8,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -129,7 +130,9 @@ func (s *eventServer) StreamEvents(req *shebav1.StreamEventsRequest, stream grpc
 			if cause := context.Cause(ctx); errors.Is(cause, ErrStreamEnded) {
 				return ErrStreamEnded
 			}
-			return ctx.Err()
+			// CANCELLED or DEADLINE_EXCEEDED, as the client sees it, in
+			// the log and the metrics too.
+			return status.FromContextError(ctx.Err()).Err()
 		default:
 			return reason.Answer(ctx, nil, "stream events", err, reason.Own{})
 		}

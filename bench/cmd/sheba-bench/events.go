@@ -1,0 +1,246 @@
+package main
+
+// The event rows (issue 33's benchmarks): many open streams of
+// EventService/StreamEvents, each filtered to one of the four event types,
+// while events are written through sheba's API at a steady rate. The
+// figures: delivery latency, sheba's CPU per delivered event, and its
+// resident memory per open stream. The clients and the writes run in
+// eventload (eventload.go), pinned to the load CPU.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+const (
+	scenEventsFanout = "events-fanout"
+	scenEventsSSE    = "events-sse"
+)
+
+// eventScenarios are the event rows, run after the cluster ones.
+var eventScenarios = []string{scenEventsFanout, scenEventsSSE}
+
+const (
+	// eventsLatencyGoal is §17's bound from commit to receipt.
+	eventsLatencyGoal = time.Second
+	// eventsStreamKiB is §17's bound on memory per open stream.
+	eventsStreamKiB = 64
+	// eventsSettle is how long the streams stay open before their memory
+	// is read, so that the opening's garbage is collected.
+	eventsSettle = 2 * time.Second
+)
+
+// runEventScenarios runs the selected event rows.
+func (b *bench) runEventScenarios(ctx context.Context, logf func(string, ...any)) ([]figureRow, error) {
+	var rows []figureRow
+	for _, name := range eventScenarios {
+		if !slices.Contains(b.opts.scenarios, name) {
+			continue
+		}
+		start := time.Now()
+		transport := "grpc"
+		if name == scenEventsSSE {
+			transport = "sse"
+		}
+		logf("%s: %d %s streams over %d keys while %d events/s are written", name, b.opts.eventStreams, transport, b.opts.eventKeys, b.opts.eventRate)
+		r, err := b.eventRow(ctx, name, transport)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		r.Name, r.Seconds = name, time.Since(start).Seconds()
+		logf("%s: %s", name, strings.Join(figureStrings(r.Figures), "; "))
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+// eventRow measures one event row: a sheba of its own, configured for the
+// streams, and eventload's streams and writes against it.
+func (b *bench) eventRow(ctx context.Context, name, transport string) (figureRow, error) {
+	o := b.opts
+	conns := fmt.Sprintf("over %d gRPC connections", o.eventConns)
+	if transport == "sse" {
+		conns = "as SSE clients of GET /v1/events:stream, one HTTP/1.1 connection each"
+	}
+	row := figureRow{About: fmt.Sprintf("%d streams %s, %d API keys, each stream filtered to one of the 4 event types; %d events/s written through the gRPC API (%d/s account.created, the rest subscription created/updated/canceled) for %v",
+		o.eventStreams, conns, o.eventKeys, o.eventRate, o.eventAccountRate, o.duration)}
+	if !o.auth {
+		return row, errors.New("the event rows need API keys: run without -auth=false")
+	}
+	keys := make([]apiKey, o.eventKeys)
+	var list strings.Builder
+	for i := range keys {
+		keys[i] = newAPIKey()
+		keys[i].id = fmt.Sprintf("bench-stream-%d", i+1)
+		list.WriteString(keys[i].key + "\n")
+	}
+	keysFile := filepath.Join(b.dir, name+"-keys.txt")
+	if err := os.WriteFile(keysFile, []byte(list.String()), 0o600); err != nil {
+		return row, err
+	}
+	// The limits just fit the streams: max_streams is all of them, and
+	// max_streams_per_key a key's share.
+	perKey := (o.eventStreams + o.eventKeys - 1) / o.eventKeys
+	srv, err := b.startSheba(ctx, "sheba-"+name, shebaConfig{maxInflight: o.inflightHigh, sampler: "always_off", keys: keys,
+		env: []string{"SHEBA_EVENTS_MAX_STREAMS=" + strconv.Itoa(o.eventStreams), "SHEBA_EVENTS_MAX_STREAMS_PER_KEY=" + strconv.Itoa(perKey)}})
+	if err != nil {
+		return row, err
+	}
+	defer srv.proc.stop(5 * time.Second)
+	pid, pgPID := srv.proc.pid(), b.pg.postmasterPID()
+	if err := sleep(ctx, eventsSettle); err != nil {
+		return row, err
+	}
+	rss0, err := rssKiB(pid)
+	if err != nil {
+		return row, err
+	}
+
+	argv := b.pin.command(o.loadCPU, b.self, "eventload", "-transport", transport, "-grpc", srv.grpcAddr, "-http", srv.httpURL,
+		"-streams", strconv.Itoa(o.eventStreams), "-conns", strconv.Itoa(o.eventConns), "-keys", keysFile, "-writer-key", b.key.key,
+		"-rate", strconv.Itoa(o.eventRate), "-account-rate", strconv.Itoa(o.eventAccountRate), "-accounts", strconv.Itoa(o.accounts),
+		"-d", o.duration.String())
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return row, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return row, err
+	}
+	if err := cmd.Start(); err != nil {
+		return row, err
+	}
+	defer func() {
+		_ = stdin.Close()
+		_ = cmd.Wait()
+	}()
+	out := bufio.NewReader(stdout)
+	// expect reads eventload's next line, which must be want, within
+	// limit.
+	expect := func(want string, limit time.Duration) error {
+		got := make(chan string, 1)
+		go func() {
+			line, _ := out.ReadString('\n')
+			got <- strings.TrimSpace(line)
+		}()
+		select {
+		case line := <-got:
+			if line != want {
+				_ = cmd.Process.Kill()
+				return fmt.Errorf("eventload said %q, want %q; its stderr:\n%s", line, want, lastLines(stderr.String(), 10))
+			}
+			return nil
+		case <-time.After(limit):
+			_ = cmd.Process.Kill()
+			return fmt.Errorf("eventload: no %q within %v", want, limit)
+		}
+	}
+	openStart := time.Now()
+	if err := expect("open", time.Minute); err != nil {
+		return row, err
+	}
+	opening := time.Since(openStart)
+	if err := sleep(ctx, eventsSettle); err != nil {
+		return row, err
+	}
+	rss1, err := rssKiB(pid)
+	if err != nil {
+		return row, err
+	}
+	proc0, pg0 := treeCPUTicks(pid), treeCPUTicks(pgPID)
+	cores0 := readCPUTimes()
+	start := time.Now()
+	if _, err := io.WriteString(stdin, "go\n"); err != nil {
+		return row, err
+	}
+	if err := expect("done", o.duration+time.Minute); err != nil {
+		return row, err
+	}
+	wall := time.Since(start)
+	proc1, pg1 := treeCPUTicks(pid), treeCPUTicks(pgPID)
+	cores1 := readCPUTimes()
+	line, err := out.ReadString('\n')
+	if err != nil {
+		return row, fmt.Errorf("eventload's result: %w; its stderr:\n%s", err, lastLines(stderr.String(), 10))
+	}
+	var r eventResult
+	if err := json.Unmarshal([]byte(line), &r); err != nil {
+		return row, fmt.Errorf("eventload's result %q: %w", line, err)
+	}
+	if err := srv.proc.exitedErr(); err != nil {
+		return row, err
+	}
+	row.Figures = eventFigures(r, eventMeasure{
+		rssBeforeKiB: rss0, rssOpenKiB: rss1, opening: opening, wall: wall,
+		shebaSec: float64(proc1-proc0) / userHZ, pgSec: float64(pg1-pg0) / userHZ,
+		serverCore: busy(cores0, cores1, max(o.serverCPU, 0)), loadCore: busy(cores0, cores1, max(o.loadCPU, 0)),
+	}, transport)
+	return row, nil
+}
+
+// eventMeasure is what the driver measured around eventload.
+type eventMeasure struct {
+	rssBeforeKiB, rssOpenKiB int64
+	opening, wall            time.Duration
+	shebaSec, pgSec          float64
+	serverCore, loadCore     float64
+}
+
+// eventFigures are an event row's figures.
+func eventFigures(r eventResult, m eventMeasure, transport string) []figure {
+	perStream := float64(m.rssOpenKiB-m.rssBeforeKiB) / float64(max(r.Streams, 1))
+	var cpuPerDelivery, cpuPerEvent float64
+	written := 0
+	for _, n := range r.Written {
+		written += n
+	}
+	if r.Delivered > 0 {
+		cpuPerDelivery = m.shebaSec / float64(r.Delivered) * 1e6
+	}
+	if written > 0 {
+		cpuPerEvent = m.shebaSec / float64(written) * 1e6
+	}
+	fs := []figure{
+		goalFig("delivery latency p99, from the write's request", round1(r.P99Ms), " ms", "<=", float64(eventsLatencyGoal.Milliseconds())),
+		fig("p50", round1(r.P50Ms), " ms"),
+		fig("max", round1(r.MaxMs), " ms"),
+	}
+	if transport == "grpc" {
+		fs = append(fs, fig("from the event's create_time p50", round1(r.CommitP50Ms), " ms"), fig("p99", round1(r.CommitP99Ms), " ms"))
+	}
+	fs = append(fs,
+		fig("the writes' own latency p50", round1(r.WriteP50Ms), " ms"), fig("p99", round1(r.WriteP99Ms), " ms"),
+		goalFig("RSS per open stream", round1(perStream), " KiB", "<=", eventsStreamKiB),
+		fig("sheba's CPU per delivered event", round2(cpuPerDelivery), " µs"),
+		fig("sheba's CPU per event written (its write and every delivery)", round1(cpuPerEvent), " µs"),
+		fig("sheba CPU", round2(m.shebaSec/m.wall.Seconds()), " cores"),
+		fig("Postgres CPU", round2(m.pgSec/m.wall.Seconds()), " cores"),
+		fig("events written/s", round1(r.WriteRate), ""),
+		fig("deliveries/s", round1(float64(r.Delivered)/m.wall.Seconds()), ""),
+		goalFig("deliveries missed", float64(r.Expected-r.Delivered), "", "<=", 0),
+		goalFig("streams ended early", float64(r.StreamErrors), "", "==", 0),
+		goalFig("writes failed", float64(r.WriteErrors), "", "==", 0),
+		fig("events no write explains", float64(r.Unmatched), ""),
+		fig("RSS before the streams", float64(m.rssBeforeKiB/1024), " MiB"),
+		fig("with the streams open", float64(m.rssOpenKiB/1024), " MiB"),
+		fig("opening every stream", round2(m.opening.Seconds()), " s"),
+		fig("server CPU busy", round2(m.serverCore), ""),
+		fig("load CPU busy", round2(m.loadCore), ""),
+	)
+	return fs
+}

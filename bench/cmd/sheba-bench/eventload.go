@@ -5,7 +5,8 @@ package main
 // it opens the streams (gRPC StreamEvents over a few connections, or SSE
 // clients of GET /v1/events:stream), each filtered to one of the four
 // event types and keyed with one of the API keys, prints "open" once every
-// stream has its first message, waits for a line on stdin, then writes
+// stream has its first message (at once with -streams 0: the writes
+// alone), waits for a line on stdin, then writes
 // events through sheba's API at a steady rate for -d, waits for the
 // deliveries, prints "done" and then one JSON line (eventResult).
 
@@ -50,11 +51,16 @@ type eventResult struct {
 	// StreamErrors counts the streams that ended before the run did.
 	StreamErrors int    `json:"stream_errors"`
 	FirstError   string `json:"first_error,omitempty"`
-	// Latency of a delivery from its write's request (ms), and on gRPC
-	// from the event's create_time too.
+	// Latency of a delivery (ms) from its write's request (an upper
+	// bound of commit to receipt), from its write's answer (a lower
+	// bound: negative when the event came first), and on gRPC from the
+	// event's create_time (taken in the write's transaction before its
+	// commit: an upper bound, closer).
 	P50Ms       float64 `json:"p50_ms"`
 	P99Ms       float64 `json:"p99_ms"`
 	MaxMs       float64 `json:"max_ms"`
+	AnswerP50Ms float64 `json:"answer_p50_ms"`
+	AnswerP99Ms float64 `json:"answer_p99_ms"`
 	CommitP50Ms float64 `json:"commit_p50_ms,omitempty"`
 	CommitP99Ms float64 `json:"commit_p99_ms,omitempty"`
 	WriteP50Ms  float64 `json:"write_p50_ms"`
@@ -100,7 +106,7 @@ func eventload(args []string) error {
 	transport := fs.String("transport", "grpc", "grpc or sse")
 	grpcAddr := fs.String("grpc", "", "sheba's gRPC address (streams over gRPC, and every write)")
 	httpURL := fs.String("http", "", "sheba's base URL (SSE streams)")
-	streams := fs.Int("streams", 1000, "open streams")
+	streams := fs.Int("streams", 1000, "open streams (0: the writes alone)")
 	conns := fs.Int("conns", 8, "gRPC connections the streams share")
 	keysFile := fs.String("keys", "", "file of the streams' API keys, one a line")
 	writerKey := fs.String("writer-key", "", "API key of the writes")
@@ -112,8 +118,8 @@ func eventload(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *streams < 1 || *conns < 1 || *rate < 4 || *accountRate < 0 || *accountRate > *rate || *accounts < 1 || *dur <= 0 {
-		return errors.New("eventload: need -streams, -conns, -accounts >= 1, -rate >= 4, -d > 0")
+	if *streams < 0 || *conns < 1 || *rate < 4 || *accountRate < 0 || *accountRate > *rate || *accounts < 1 || *dur <= 0 {
+		return errors.New("eventload: need -streams >= 0, -conns and -accounts >= 1, -rate >= 4, -d > 0")
 	}
 	raw, err := os.ReadFile(*keysFile)
 	if err != nil {
@@ -125,7 +131,25 @@ func eventload(args []string) error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	stdin := bufio.NewReader(os.Stdin)
+	waitGo := func() error {
+		if _, err := stdin.ReadString('\n'); err != nil {
+			return fmt.Errorf("eventload: waiting for go: %w", err)
+		}
+		return nil
+	}
 
+	cc, err := grpc.NewClient(*grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	w := &eventWriter{
+		accounts: shebav1.NewAccountServiceClient(cc),
+		subs:     shebav1.NewSubscriptionServiceClient(cc),
+		ctx:      metadata.AppendToOutgoingContext(ctx, "x-api-key", *writerKey),
+	}
+	w.reset()
 	// Open every stream and wait for its first message (a heartbeat).
 	ss := make([]*eventStream, *streams)
 	var opened sync.WaitGroup
@@ -172,22 +196,10 @@ func eventload(args []string) error {
 	}
 	fmt.Println("open")
 	// The driver reads the server's memory and CPU, then says go.
-	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
-		return fmt.Errorf("eventload: waiting for go: %w", err)
-	}
-
-	cc, err := grpc.NewClient(*grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
+	if err := waitGo(); err != nil {
 		return err
 	}
-	defer cc.Close()
-	w := &eventWriter{
-		accounts: shebav1.NewAccountServiceClient(cc),
-		subs:     shebav1.NewSubscriptionServiceClient(cc),
-		ctx:      metadata.AppendToOutgoingContext(ctx, "x-api-key", *writerKey),
-		sent:     map[string]time.Time{},
-		written:  map[string]int{},
-	}
+
 	start := time.Now()
 	w.run(*rate, *accountRate, *accounts, *dur)
 	measured := time.Since(start)
@@ -208,17 +220,24 @@ func eventload(args []string) error {
 		}
 	}
 	fmt.Println("done")
+	// The errors that ended streams before now: cancel ends the rest.
+	ended := make([]error, len(ss))
+	for i, s := range ss {
+		s.mu.Lock()
+		ended[i] = s.err
+		s.mu.Unlock()
+	}
 	cancel()
 	wg.Wait()
 
 	r := eventResult{Streams: *streams, Written: w.written, WriteErrors: w.errors, Expected: expected,
 		MeasuredSec: measured.Seconds()}
-	var lats, commits []time.Duration
-	for _, s := range ss {
-		if s.err != nil && !errors.Is(s.err, context.Canceled) {
+	var lats, fromAnswer, commits []time.Duration
+	for i, s := range ss {
+		if err := ended[i]; err != nil {
 			r.StreamErrors++
 			if r.FirstError == "" {
-				r.FirstError = s.err.Error()
+				r.FirstError = err.Error()
 			}
 		}
 		for _, rc := range s.receipts {
@@ -228,7 +247,8 @@ func eventload(args []string) error {
 				continue
 			}
 			r.Delivered++
-			lats = append(lats, rc.at.Sub(sent))
+			lats = append(lats, rc.at.Sub(sent.start))
+			fromAnswer = append(fromAnswer, rc.at.Sub(sent.answered))
 			if !rc.commit.IsZero() {
 				commits = append(commits, rc.at.Sub(rc.commit))
 			}
@@ -236,16 +256,13 @@ func eventload(args []string) error {
 	}
 	if len(lats) > 0 {
 		r.P50Ms, r.P99Ms, r.MaxMs = percentileMs(lats, 50), percentileMs(lats, 99), percentileMs(lats, 100)
+		r.AnswerP50Ms, r.AnswerP99Ms = percentileMs(fromAnswer, 50), percentileMs(fromAnswer, 99)
 	}
 	if len(commits) > 0 {
 		r.CommitP50Ms, r.CommitP99Ms = percentileMs(commits, 50), percentileMs(commits, 99)
 	}
 	r.WriteP50Ms, r.WriteP99Ms = percentileMs(w.latencies, 50), percentileMs(w.latencies, 99)
-	total := 0
-	for _, n := range w.written {
-		total += n
-	}
-	r.WriteRate = float64(total) / measured.Seconds()
+	r.WriteRate = float64(w.total()) / measured.Seconds()
 	return json.NewEncoder(os.Stdout).Encode(r)
 }
 
@@ -338,15 +355,36 @@ type eventWriter struct {
 	ctx      context.Context
 
 	mu        sync.Mutex
-	sent      map[string]time.Time // type + "/" + resource id: when its write was sent
+	sent      map[string]sentWrite // by type + "/" + resource id
 	written   map[string]int
 	errors    int
 	latencies []time.Duration
 }
 
+// sentWrite is when a write was sent and answered.
+type sentWrite struct{ start, answered time.Time }
+
+// reset forgets the writes made so far.
+func (w *eventWriter) reset() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.sent, w.written, w.errors, w.latencies = map[string]sentWrite{}, map[string]int{}, 0, nil
+}
+
+// total is the writes answered OK.
+func (w *eventWriter) total() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, k := range w.written {
+		n += k
+	}
+	return n
+}
+
 // writeWorkers is how many writes may be in flight: enough that a slow
 // answer (an argon2id hash) does not hold the pace back.
-const writeWorkers = 8
+const writeWorkers = 32
 
 // run writes rate events a second for d, accountRate of them
 // account.created and the rest the three subscription types in turn, each
@@ -381,9 +419,11 @@ func (w *eventWriter) run(rate, accountRate, accounts int, d time.Duration) {
 	tick := time.NewTicker(time.Second / time.Duration(rate))
 	defer tick.Stop()
 	n := 0
-	for end := time.Now().Add(d); time.Now().Before(end); n++ {
+	// The last account's three operations all run, so that every account
+	// has an active "pro" subscription again for the next run.
+	for end := time.Now().Add(d); time.Now().Before(end) || next.Load()%3 != 0; n++ {
 		<-tick.C
-		if accountRate > 0 && n%(rate/accountRate) == 0 {
+		if accountRate > 0 && n%(rate/accountRate) == 0 && time.Now().Before(end) {
 			select {
 			case work <- "":
 			default: // the hashes fall behind: skipped, as Written shows
@@ -444,7 +484,7 @@ func (w *eventWriter) record(typ, id string, start time.Time, err error) {
 		w.errors++
 		return
 	}
-	w.sent[typ+"/"+id] = start
+	w.sent[typ+"/"+id] = sentWrite{start: start, answered: start.Add(took)}
 	w.written[typ]++
 	w.latencies = append(w.latencies, took)
 }

@@ -43,6 +43,9 @@ type Options struct {
 	// Logins throttles repeated failed logins per username and caller
 	// (limits.login_failures). Nil throttles nothing.
 	Logins *loginthrottle.Throttle
+	// EventServer, if not nil, serves EventService in place of sheba's
+	// own (tests).
+	EventServer shebav1.EventServiceServer
 }
 
 // Services are the sheba.v1 services, ready to be registered on any
@@ -89,6 +92,13 @@ func New(st *store.Store, opts Options) (*Services, error) {
 	}
 	if s.list, err = s.services(); err != nil {
 		return nil, err
+	}
+	if opts.EventServer != nil {
+		for i := range s.list {
+			if s.list[i].table == &shebav1.EventService_Table {
+				s.list[i].impl = opts.EventServer
+			}
+		}
 	}
 	return s, nil
 }

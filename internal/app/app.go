@@ -174,6 +174,7 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 		MaxWebhookEndpoints:  cfg.Webhooks.MaxEndpoints,
 		WebhookSecretOverlap: cfg.Webhooks.SecretOverlap,
 		Logins:               logins,
+		EventServer:          o.eventServer,
 	})
 	if err != nil {
 		return err
@@ -283,9 +284,10 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 
 	channel := gateway.NewChannel(nil)
 	services.RegisterChained(channel, chain)
-	// Streams are not served over REST yet: their opening passes the
-	// chain (so a call without a key is 401), then answers 501.
+	// A stream's opening passes the chain (so a call without a key is
+	// 401), then its handler runs behind the drain, as on the gRPC servers.
 	channel.OpenStreamsThrough(chain)
+	channel.StreamThrough(a.streams.StreamServerInterceptor())
 	rest, err := gateway.New(ctx, channel, gateway.Options{
 		MaxBodyBytes:        cfg.HTTP.MaxBodyBytes,
 		MaxConcurrentBodies: cfg.HTTP.MaxConcurrentBodies,

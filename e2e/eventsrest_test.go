@@ -18,8 +18,8 @@ import (
 
 	"github.com/shebasvc/sheba/config"
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
-	"github.com/shebasvc/sheba/internal/app"
 	"github.com/shebasvc/sheba/interceptors/reason"
+	"github.com/shebasvc/sheba/internal/app"
 )
 
 // cannedEvents is an EventService that streams what its after_event_id
@@ -375,4 +375,3 @@ func wantStatusJSON(t *testing.T, data []byte, code codes.Code, want string) {
 		t.Errorf("status %s: ErrorInfo reasons (-want +got):\n%s", data, diff)
 	}
 }
-

@@ -57,12 +57,12 @@ type App struct {
 	listenPool *pgxpool.Pool
 	// events follows the event log for the event streams
 	// (docs/events.md).
-	events *eventlog.Hub
-	store                       *store.Store
-	rate                        rateLimits
-	health                      *health.Checker
-	streams                     *drain.Drainer
-	grpc                        *grpc.Server
+	events  *eventlog.Hub
+	store   *store.Store
+	rate    rateLimits
+	health  *health.Checker
+	streams *drain.Drainer
+	grpc    *grpc.Server
 	// browser serves the browser protocols (Connect, gRPC-Web) on
 	// http.addr, through its ServeHTTP.
 	browser  *grpc.Server
@@ -207,6 +207,7 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 			OpenTimeout: cfg.Limits.Timeout,
 			OnEvent:     sm.events.Inc,
 		},
+		EventServer: o.eventServer,
 	})
 	if err != nil {
 		return err
@@ -322,9 +323,10 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 
 	channel := gateway.NewChannel(nil)
 	services.RegisterChained(channel, chain)
-	// Streams are not served over REST yet: their opening passes the
-	// chain (so a call without a key is 401), then answers 501.
+	// A stream's opening passes the chain (so a call without a key is
+	// 401), then its handler runs behind the drain, as on the gRPC servers.
 	channel.OpenStreamsThrough(chain)
+	channel.StreamThrough(a.streams.StreamServerInterceptor())
 	rest, err := gateway.New(ctx, channel, gateway.Options{
 		MaxBodyBytes:        cfg.HTTP.MaxBodyBytes,
 		MaxConcurrentBodies: cfg.HTTP.MaxConcurrentBodies,

@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
+	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/webhooks"
 )
 
@@ -20,6 +21,7 @@ type options struct {
 	webhookOptions func(*webhooks.Options)
 	resolver       *net.Resolver
 	interceptors   []grpc.UnaryServerInterceptor
+	eventServer    shebav1.EventServiceServer
 }
 
 func evaluateOptions(opts []Option) options {
@@ -80,4 +82,10 @@ func WithWebhookResolver(r *net.Resolver) Option {
 // in the order given.
 func WithUnaryInterceptor(i grpc.UnaryServerInterceptor) Option {
 	return func(o *options) { o.interceptors = append(o.interceptors, i) }
+}
+
+// WithEventServer serves EventService with s in place of sheba's own, on
+// every transport, behind the same chain: tests stream what they choose.
+func WithEventServer(s shebav1.EventServiceServer) Option {
+	return func(o *options) { o.eventServer = s }
 }

@@ -25,6 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -74,7 +75,8 @@ type eventResult struct {
 type receipt struct {
 	key string // type + "/" + the resource id in its data
 	at  time.Time
-	// commit is the event's create_time (gRPC only).
+	// commit is the event's create_time (in gRPC's message; for SSE,
+	// read from the log afterwards).
 	commit time.Time
 }
 
@@ -114,6 +116,7 @@ func eventload(args []string) error {
 	accountRate := fs.Int("account-rate", 5, "of -rate, account.created events per second (CreateAccount hashes a password with argon2id: tens of ms of server CPU each)")
 	accounts := fs.Int("accounts", 1000, "seeded accounts the subscription writes cycle through (1..N)")
 	dur := fs.Duration("d", 5*time.Second, "how long to write")
+	dbURL := fs.String("db", "", "sheba's database: the events' create_time for the streams whose messages carry none (SSE)")
 	drain := fs.Duration("drain", 3*time.Second, "how long after the last write to wait for deliveries")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -232,6 +235,12 @@ func eventload(args []string) error {
 
 	r := eventResult{Streams: *streams, Written: w.written, WriteErrors: w.errors, Expected: expected,
 		MeasuredSec: measured.Seconds()}
+	var created map[string]time.Time
+	if *dbURL != "" {
+		if created, err = eventTimes(*dbURL, start); err != nil {
+			return err
+		}
+	}
 	var lats, fromAnswer, commits []time.Duration
 	for i, s := range ss {
 		if err := ended[i]; err != nil {
@@ -249,6 +258,9 @@ func eventload(args []string) error {
 			r.Delivered++
 			lats = append(lats, rc.at.Sub(sent.start))
 			fromAnswer = append(fromAnswer, rc.at.Sub(sent.answered))
+			if rc.commit.IsZero() {
+				rc.commit = created[rc.key]
+			}
 			if !rc.commit.IsZero() {
 				commits = append(commits, rc.at.Sub(rc.commit))
 			}
@@ -264,6 +276,31 @@ func eventload(args []string) error {
 	r.WriteP50Ms, r.WriteP99Ms = percentileMs(w.latencies, 50), percentileMs(w.latencies, 99)
 	r.WriteRate = float64(w.total()) / measured.Seconds()
 	return json.NewEncoder(os.Stdout).Encode(r)
+}
+
+// eventTimes reads the create_time of the events logged since start, by
+// type + "/" + the id in their data.
+func eventTimes(url string, start time.Time) (map[string]time.Time, error) {
+	out := map[string]time.Time{}
+	err := withConn(context.Background(), url, func(ctx context.Context, conn *pgx.Conn) error {
+		rows, err := conn.Query(ctx, `
+			SELECT type || '/' || (convert_from(body, 'UTF8')::jsonb #>> '{data,id}'), create_time
+			FROM webhook_events WHERE create_time >= $1`, start.Add(-time.Second))
+		if err != nil {
+			return err
+		}
+		var key string
+		var at time.Time
+		_, err = pgx.ForEachRow(rows, []any{&key, &at}, func() error {
+			out[key] = at
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("eventload: the events' create_time: %w", err)
+	}
+	return out, nil
 }
 
 // grpcStream reads one StreamEvents stream until ctx ends.

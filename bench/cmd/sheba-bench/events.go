@@ -39,6 +39,9 @@ const (
 	// eventsSettle is how long the streams stay open before their memory
 	// is read, so that the opening's garbage is collected.
 	eventsSettle = 2 * time.Second
+	// maxStreamsPerConn is sheba's default grpc.max_concurrent_streams:
+	// streams beyond it on one connection would wait for a slot.
+	maxStreamsPerConn = 256
 )
 
 // runEventScenarios runs the selected event rows.
@@ -116,9 +119,12 @@ func (b *bench) eventPhase(ctx context.Context, name, transport string, keys []a
 	var m eventMeasure
 	// The limits just fit the streams: max_streams is all of them, and
 	// max_streams_per_key a key's share.
+	// limits.max_connections (1024 by default) must hold an SSE client's
+	// connection each, and the writer's.
 	perKey := (o.eventStreams + o.eventKeys - 1) / o.eventKeys
 	srv, err := b.startSheba(ctx, "sheba-"+name, shebaConfig{maxInflight: o.inflightHigh, sampler: "always_off", keys: keys,
-		env: []string{"SHEBA_EVENTS_MAX_STREAMS=" + strconv.Itoa(o.eventStreams), "SHEBA_EVENTS_MAX_STREAMS_PER_KEY=" + strconv.Itoa(perKey)}})
+		env: []string{"SHEBA_EVENTS_MAX_STREAMS=" + strconv.Itoa(o.eventStreams), "SHEBA_EVENTS_MAX_STREAMS_PER_KEY=" + strconv.Itoa(perKey),
+			"SHEBA_LIMITS_MAX_CONNECTIONS=" + strconv.Itoa(max(1024, o.eventStreams+64))}})
 	if err != nil {
 		return r, m, err
 	}

@@ -213,6 +213,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return o, usageError("-webhook-slow must be 0..5s")
 	case o.eventStreams < 1 || o.eventStreams > 100_000 || o.eventKeys < 1 || o.eventKeys > o.eventStreams || o.eventConns < 1 || o.eventConns > 1000:
 		return o, usageError("-event-streams must be 1..100000, -event-keys 1..-event-streams and -event-conns 1..1000")
+	case (o.eventStreams+o.eventConns-1)/o.eventConns > maxStreamsPerConn:
+		return o, usageError(fmt.Sprintf("-event-streams over -event-conns must be at most %d a connection (sheba's grpc.max_concurrent_streams)", maxStreamsPerConn))
 	case o.eventRate < 4 || o.eventRate > 10_000 || o.eventAccountRate < 0 || o.eventAccountRate > o.eventRate/4:
 		return o, usageError("-event-rate must be 4..10000 and -event-account-rate 0..a quarter of it")
 	}

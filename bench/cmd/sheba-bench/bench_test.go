@@ -109,6 +109,7 @@ func TestShebaYAMLEventKeys(t *testing.T) {
 		"DATABASE_URL":                     "postgres://postgres@127.0.0.1:5432/sheba?sslmode=disable",
 		"SHEBA_EVENTS_MAX_STREAMS":         "1000",
 		"SHEBA_EVENTS_MAX_STREAMS_PER_KEY": "10",
+		"SHEBA_LIMITS_MAX_CONNECTIONS":     "1064",
 	}
 	cfg, err := config.Load(path, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
 	if err != nil {
@@ -121,8 +122,9 @@ func TestShebaYAMLEventKeys(t *testing.T) {
 	if diff := cmp.Diff([]string{key.sha256, more[0].sha256, more[1].sha256}, got); diff != "" {
 		t.Errorf("auth keys' sha256 (-want +got):\n%s", diff)
 	}
-	if cfg.Events.MaxStreams != 1000 || cfg.Events.MaxStreamsPerKey != 10 {
-		t.Errorf("events max_streams %d, max_streams_per_key %d: want the environment's 1000 and 10", cfg.Events.MaxStreams, cfg.Events.MaxStreamsPerKey)
+	if cfg.Events.MaxStreams != 1000 || cfg.Events.MaxStreamsPerKey != 10 || cfg.Limits.MaxConnections != 1064 {
+		t.Errorf("events max_streams %d, max_streams_per_key %d, limits.max_connections %d: want the environment's 1000, 10 and 1064",
+			cfg.Events.MaxStreams, cfg.Events.MaxStreamsPerKey, cfg.Limits.MaxConnections)
 	}
 }
 

@@ -170,7 +170,7 @@ func streamErrorHandler(_ context.Context, err error) *status.Status {
 // (data, so that EventSource-like readers dispatch it: they drop an event
 // without data), and an error ends the stream as "event: error" with the
 // google.rpc.Status JSON as data; each followed by a blank line
-// (Delimiter). Anything else (an error before the stream's first event,
+// (Delimiter). Another stream's message would be its JSON as data alone. Anything else (an error before the stream's first event,
 // which is an ordinary REST error) is JSON. We write it ourselves: no
 // well-kept Go library writes SSE inside grpc-gateway's loop, and the
 // format is four lines.
@@ -181,8 +181,18 @@ type sseMarshaler struct {
 func (m sseMarshaler) Marshal(v any) ([]byte, error) {
 	switch v := v.(type) {
 	case map[string]any:
-		if msg, ok := v["result"].(*shebav1.StreamEventsResponse); ok {
+		switch msg := v["result"].(type) {
+		case *shebav1.StreamEventsResponse:
 			return m.frame(msg)
+		case proto.Message:
+			// Another stream's message: its JSON as data, unnamed.
+			data, err := m.json.Marshal(msg)
+			if err != nil {
+				return nil, err
+			}
+			var b bytes.Buffer
+			writeData(&b, data)
+			return b.Bytes(), nil
 		}
 	case map[string]proto.Message:
 		if st, ok := v["error"].(*spb.Status); ok {

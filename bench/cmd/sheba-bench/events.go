@@ -196,7 +196,7 @@ func (b *bench) eventPhase(ctx context.Context, name, transport string, keys []a
 	if m.rssOpenKiB, err = rssKiB(pid); err != nil {
 		return r, m, err
 	}
-	proc0, pg0 := treeCPUTicks(pid), treeCPUTicks(pgPID)
+	proc0, pg0, client0 := treeCPUTicks(pid), treeCPUTicks(pgPID), treeCPUTicks(cmd.Process.Pid)
 	cores0 := readCPUTimes()
 	start := time.Now()
 	if _, err := io.WriteString(stdin, "go\n"); err != nil {
@@ -206,7 +206,7 @@ func (b *bench) eventPhase(ctx context.Context, name, transport string, keys []a
 		return r, m, err
 	}
 	m.wall = time.Since(start)
-	proc1, pg1 := treeCPUTicks(pid), treeCPUTicks(pgPID)
+	proc1, pg1, client1 := treeCPUTicks(pid), treeCPUTicks(pgPID), treeCPUTicks(cmd.Process.Pid)
 	cores1 := readCPUTimes()
 	line, err := next(time.Minute)
 	if err != nil {
@@ -218,7 +218,7 @@ func (b *bench) eventPhase(ctx context.Context, name, transport string, keys []a
 	if err := srv.proc.exitedErr(); err != nil {
 		return r, m, err
 	}
-	m.shebaSec, m.pgSec = float64(proc1-proc0)/userHZ, float64(pg1-pg0)/userHZ
+	m.shebaSec, m.pgSec, m.clientSec = float64(proc1-proc0)/userHZ, float64(pg1-pg0)/userHZ, float64(client1-client0)/userHZ
 	m.serverCore, m.loadCore = busy(cores0, cores1, max(o.serverCPU, 0)), busy(cores0, cores1, max(o.loadCPU, 0))
 	return r, m, nil
 }
@@ -237,7 +237,10 @@ type eventMeasure struct {
 	rssBeforeKiB, rssOpenKiB int64
 	opening, wall            time.Duration
 	shebaSec, pgSec          float64
-	serverCore, loadCore     float64
+	// clientSec is eventload's CPU: near one core, the client limited
+	// the deliveries, and its queueing is in the latency.
+	clientSec            float64
+	serverCore, loadCore float64
 	// The same writes with no stream open: sheba's CPU, and how many.
 	writesAloneSec float64
 	writtenAlone   int
@@ -276,6 +279,7 @@ func eventFigures(r eventResult, m eventMeasure) []figure {
 		fig("sheba's CPU per write with no stream open", round1(perWriteAlone*1e6), " µs"),
 		fig("sheba CPU", round2(m.shebaSec/m.wall.Seconds()), " cores"),
 		fig("Postgres CPU", round2(m.pgSec/m.wall.Seconds()), " cores"),
+		fig("the clients' CPU (eventload)", round2(m.clientSec/m.wall.Seconds()), " cores"),
 		fig("events written/s", round1(r.WriteRate), ""),
 		fig("deliveries/s", round1(float64(r.Delivered)/m.wall.Seconds()), ""),
 		goalFig("deliveries missed", float64(r.Expected-r.Delivered), "", "<=", 0),

@@ -372,6 +372,10 @@ func sseStream(ctx context.Context, client *http.Client, baseURL, key string, s 
 		case strings.HasPrefix(line, "event:"):
 			typ = strings.TrimSpace(strings.TrimPrefix(line, "event:"))
 		case strings.HasPrefix(line, "data:"):
+			// Lines of data are joined with newlines (the SSE format).
+			if data != "" {
+				data += "\n"
+			}
 			data += strings.TrimPrefix(strings.TrimPrefix(line, "data:"), " ")
 		}
 	}

@@ -291,6 +291,9 @@ func TestStreamEventsREST(t *testing.T) {
 		wantRESTError(t, r, http.StatusBadRequest, codes.InvalidArgument, "event_types[0]")
 		r = e.do(t, http.MethodGet, "/v1/events:stream", "", "Accept", "application/cbor")
 		wantRESTDetails(t, "Accept: application/cbor", r, http.StatusNotAcceptable, reason.NotAcceptable)
+		// The key first, whatever is asked for.
+		r = e.do(t, http.MethodGet, "/v1/events:stream", "", "Accept", "application/cbor", "X-Api-Key", "")
+		wantRESTDetails(t, "Accept: application/cbor without a key", r, http.StatusUnauthorized, reason.APIKeyMissing)
 	})
 
 	t.Run("a client that goes away ends the handler's stream", func(t *testing.T) {

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"io"
+	"slices"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -40,8 +41,8 @@ type Channel struct {
 	streams map[string]streamMethod
 	// opening is the chain a stream's opening passes (OpenStreamsThrough),
 	// and streamInterceptor what runs around its handler (StreamThrough).
-	opening           grpc.UnaryServerInterceptor
-	streamInterceptor grpc.StreamServerInterceptor
+	opening            grpc.UnaryServerInterceptor
+	streamInterceptors []grpc.StreamServerInterceptor
 }
 
 type streamMethod struct {
@@ -265,8 +266,8 @@ var errNotInProcess = reason.Error(codes.Unimplemented, reason.ForCode(codes.Uni
 // NewStream opens a call of a server-streaming method. Its request, once
 // sent (SendMsg), passes the opening chain (OpenStreamsThrough) as a unary
 // call does, whose refusal is the call's answer; then the method's handler
-// runs on a goroutine of its own (behind the stream interceptor, if
-// StreamThrough gave one), and each message it sends reaches RecvMsg as a
+// runs on a goroutine of its own (behind the stream interceptors
+// StreamThrough gives), and each message it sends reaches RecvMsg as a
 // copy. The handler's context has the values the chain gave it (the
 // caller, the request id) and the cancellation of ctx alone, not the
 // chain's deadline: limits.timeout bounds the opening, and a stream runs
@@ -281,12 +282,12 @@ func (c *Channel) NewStream(ctx context.Context, desc *grpc.StreamDesc, method s
 		msgs: make(chan proto.Message), headerSent: make(chan struct{}), done: make(chan struct{})}, nil
 }
 
-// StreamThrough runs i around every stream's handler, after its opening
-// has passed the chain: what a grpc.Server's stream interceptors do for
-// its streams (the drain at shutdown). It is not safe to call once calls
-// have started.
-func (c *Channel) StreamThrough(i grpc.StreamServerInterceptor) {
-	c.streamInterceptor = i
+// StreamThrough runs interceptors around every stream's handler, the first
+// outermost, after its opening has passed the chain: what a grpc.Server's
+// stream interceptors do for its streams (the drain at shutdown). It is
+// not safe to call once calls have started.
+func (c *Channel) StreamThrough(interceptors ...grpc.StreamServerInterceptor) {
+	c.streamInterceptors = interceptors
 }
 
 // clientStream is the client's side of an in-process server stream, and
@@ -357,7 +358,7 @@ func (s *clientStream) serve(ss *serverStream) {
 	close(s.done)
 }
 
-// run calls the handler behind the stream interceptor, a panic becoming
+// run calls the handler behind the stream interceptors, a panic becoming
 // INTERNAL as the chain's recovery makes it of a unary call's.
 func (s *clientStream) run(ss *serverStream) (err error) {
 	defer func() {
@@ -365,10 +366,13 @@ func (s *clientStream) run(ss *serverStream) (err error) {
 			err = reason.Error(codes.Internal, reason.Internal, "internal error")
 		}
 	}()
-	if i := s.c.streamInterceptor; i != nil {
-		return i(s.m.impl, ss, &grpc.StreamServerInfo{FullMethod: s.method, IsServerStream: true}, s.m.handler)
+	info := &grpc.StreamServerInfo{FullMethod: s.method, IsServerStream: true}
+	handler := s.m.handler
+	for _, i := range slices.Backward(s.c.streamInterceptors) {
+		next := handler
+		handler = func(srv any, ss grpc.ServerStream) error { return i(srv, ss, info, next) }
 	}
-	return s.m.handler(s.m.impl, ss)
+	return handler(s.m.impl, ss)
 }
 
 func (s *clientStream) headerSentYet() bool {

@@ -22,7 +22,7 @@ import (
 	"github.com/shebasvc/sheba/internal/app"
 )
 
-// cannedEvents is an EventService that streams what its after_event_id
+// scriptedEvents is an EventService that streams what its after_event_id
 // names, so that the REST tests see framing, headers and errors before the
 // real handler streams the event log:
 //
@@ -34,7 +34,7 @@ import (
 //
 // It records each after_event_id it is given and, on ended, the stream
 // whose context was canceled.
-type cannedEvents struct {
+type scriptedEvents struct {
 	shebav1.UnimplementedEventServiceServer
 	tick time.Duration
 
@@ -43,9 +43,9 @@ type cannedEvents struct {
 	ended chan string
 }
 
-var cannedData, _ = structpb.NewStruct(map[string]any{"id": "a1", "username": "ada"})
+var scriptedData, _ = structpb.NewStruct(map[string]any{"id": "a1", "username": "ada"})
 
-func (c *cannedEvents) StreamEvents(req *shebav1.StreamEventsRequest, s grpc.ServerStreamingServer[shebav1.StreamEventsResponse]) error {
+func (c *scriptedEvents) StreamEvents(req *shebav1.StreamEventsRequest, s grpc.ServerStreamingServer[shebav1.StreamEventsResponse]) error {
 	c.mu.Lock()
 	c.after = append(c.after, req.GetAfterEventId())
 	c.mu.Unlock()
@@ -73,7 +73,7 @@ func (c *cannedEvents) StreamEvents(req *shebav1.StreamEventsRequest, s grpc.Ser
 		return err
 	}
 	if err := s.Send(&shebav1.StreamEventsResponse{Message: &shebav1.StreamEventsResponse_Event{Event: &shebav1.Event{
-		Id: "ev1", Type: "account.created", Data: cannedData,
+		Id: "ev1", Type: "account.created", Data: scriptedData,
 	}}}); err != nil {
 		return err
 	}
@@ -85,7 +85,7 @@ func (c *cannedEvents) StreamEvents(req *shebav1.StreamEventsRequest, s grpc.Ser
 	return s.Context().Err()
 }
 
-func (c *cannedEvents) lastAfter() string {
+func (c *scriptedEvents) lastAfter() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.after) == 0 {
@@ -183,7 +183,7 @@ func (r sseReader) next() (sseEvent, error) {
 // Server-Sent Events, with a test double of the handler.
 func TestStreamEventsREST(t *testing.T) {
 	t.Parallel()
-	events := &cannedEvents{tick: 100 * time.Millisecond, ended: make(chan string, 16)}
+	events := &scriptedEvents{tick: 100 * time.Millisecond, ended: make(chan string, 16)}
 	e := newTestEnvWith(t, nil, []app.Option{app.WithEventServer(events)}, func(c *config.Config) {
 		c.HTTP.WriteTimeout = time.Second
 		// Every answer large enough to be compressed: a stream never is.

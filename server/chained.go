@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 )
@@ -63,4 +64,16 @@ func chained(m shebav1.MethodTable, impl any, chain grpc.UnaryServerInterceptor)
 			return chain(ctx, in.request(), info, handler)
 		},
 	}
+}
+
+// RecvRequest reads the request of a server-streaming method from ss, a
+// new message of newRequest, as RegisterChained's handlers read a unary
+// call's: a message Codec refuses unread comes back as its refusal, which
+// the chain's bounds link answers (CheckRequest), in place of the message.
+func RecvRequest(ss grpc.ServerStream, newRequest func() proto.Message) (any, error) {
+	in := &request{msg: newRequest()}
+	if err := ss.RecvMsg(in); err != nil {
+		return nil, err
+	}
+	return in.request(), nil
 }

@@ -43,9 +43,8 @@ type Options struct {
 	// Logins throttles repeated failed logins per username and caller
 	// (limits.login_failures). Nil throttles nothing.
 	Logins *loginthrottle.Throttle
-	// EventServer, if not nil, serves EventService in place of sheba's
-	// own (tests).
-	EventServer shebav1.EventServiceServer
+	// EventStream configures StreamEvents (the events section).
+	EventStream EventOptions
 }
 
 // Services are the sheba.v1 services, ready to be registered on any
@@ -56,7 +55,7 @@ type Services struct {
 	account      *accountServer
 	subscription *subscriptionServer
 	webhook      *webhookServer
-	event        eventServer
+	event        *eventServer
 	// list is every service of the method table with its implementation,
 	// in the table's order.
 	list []service
@@ -89,16 +88,10 @@ func New(st *store.Store, opts Options) (*Services, error) {
 		account:      &accountServer{store: st, hasher: hasher, errs: errs, events: events, logins: logins},
 		subscription: &subscriptionServer{store: st, errs: errs, events: events, tokens: tokens},
 		webhook:      newWebhookServer(st, errs, tokens, opts),
+		event:        newEventServer(opts.EventStream),
 	}
 	if s.list, err = s.services(); err != nil {
 		return nil, err
-	}
-	if opts.EventServer != nil {
-		for i := range s.list {
-			if s.list[i].table == &shebav1.EventService_Table {
-				s.list[i].impl = opts.EventServer
-			}
-		}
 	}
 	return s, nil
 }
@@ -156,6 +149,17 @@ func Methods() []string {
 	methods := make([]string, len(shebav1.Methods))
 	for i, m := range shebav1.Methods {
 		methods[i] = m.FullName
+	}
+	return methods
+}
+
+// StreamingMethods returns the full names of the server-streaming methods.
+func StreamingMethods() []string {
+	var methods []string
+	for _, m := range shebav1.Methods {
+		if m.ServerStreams {
+			methods = append(methods, m.FullName)
+		}
 	}
 	return methods
 }

@@ -67,7 +67,8 @@ func NewChannel(interceptor grpc.UnaryServerInterceptor) *Channel {
 }
 
 // OpenStreamsThrough makes the opening of every stream pass chain before its
-// handler runs (NewStream): the key, the limits and
+// handler runs (NewStream), for a Channel whose stream interceptors
+// (StreamThrough) do not open streams themselves: the key, the limits and
 // validation judge it as they judge a unary call, so a call without a key
 // is refused UNAUTHENTICATED (401), whatever the method. A Channel made
 // with an interceptor uses that one. It is not safe to call once calls
@@ -264,8 +265,9 @@ func plainCallContext(ctx context.Context, method string, md metadata.MD) (conte
 var errNotInProcess = reason.Error(codes.Unimplemented, reason.ForCode(codes.Unimplemented), "only server streams are served over REST")
 
 // NewStream opens a call of a server-streaming method. Its request, once
-// sent (SendMsg), passes the opening chain (OpenStreamsThrough) as a unary
-// call does, whose refusal is the call's answer; then the method's handler
+// sent (SendMsg), passes the opening chain (OpenStreamsThrough, if given)
+// as a unary call does, whose refusal is the call's answer; then the
+// method's handler
 // runs on a goroutine of its own (behind the stream interceptors
 // StreamThrough gives), and each message it sends reaches RecvMsg as a
 // copy. The handler's context has the values the chain gave it (the
@@ -275,7 +277,7 @@ var errNotInProcess = reason.Error(codes.Unimplemented, reason.ForCode(codes.Uni
 // of other kinds, and unknown methods, are UNIMPLEMENTED at once.
 func (c *Channel) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	m, ok := c.streams[method]
-	if !ok || desc.ClientStreams || c.opening == nil {
+	if !ok || desc.ClientStreams {
 		return nil, errNotInProcess
 	}
 	return &clientStream{ctx: ctx, method: method, m: m, c: c, opts: opts,
@@ -324,6 +326,11 @@ func (s *clientStream) SendMsg(req any) error {
 	md, room := incomingMetadata(s.ctx)
 	sctx, stream := newCallContext(s.ctx, s.method, md, room)
 	s.stream = stream
+	if s.c.opening == nil {
+		// The stream interceptors open it (StreamThrough).
+		go s.serve(&serverStream{ctx: streamContext{Context: s.ctx, values: sctx}, client: s, req: req.(proto.Message)})
+		return nil
+	}
 	var chainCtx context.Context
 	_, err := s.c.opening(sctx, req, &grpc.UnaryServerInfo{Server: s.m.impl, FullMethod: s.method},
 		func(ctx context.Context, _ any) (any, error) {

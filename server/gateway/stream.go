@@ -101,10 +101,12 @@ func acceptsEventStream(h http.Header) bool {
 	return false
 }
 
-// streamWriter gives each write of a stream, and its flush, timeout to be
-// written, and lifts the deadline once flushed: http.write_timeout bounds
-// each write, not the stream. (Lifted, because an HTTP/2 stream is reset
-// when its deadline passes, write or no write.)
+// streamWriter writes a stream's answer (REST and the browser protocols):
+// each write, and its flush, has timeout to be written (0: net/http's
+// deadline alone), and the deadline is lifted once flushed, so that
+// http.write_timeout bounds a write that a client does not read, not the
+// stream. (Lifted, because an HTTP/2 stream is reset when its deadline
+// passes, write or no write.)
 type streamWriter struct {
 	http.ResponseWriter
 	timeout time.Duration
@@ -125,6 +127,10 @@ func (w *streamWriter) WriteHeader(code int) {
 	w.extend()
 	w.ResponseWriter.WriteHeader(code)
 }
+
+// Flush sends what is written at once: each message of a stream is sent
+// as it comes.
+func (w *streamWriter) Flush() { _ = w.FlushError() }
 
 // FlushError flushes (http.ResponseController calls it), then lifts the
 // deadline.

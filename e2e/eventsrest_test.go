@@ -380,3 +380,46 @@ func wantStatusJSON(t *testing.T, data []byte, code codes.Code, want string) {
 		t.Errorf("status %s: ErrorInfo reasons (-want +got):\n%s", data, diff)
 	}
 }
+
+// TestStreamEventsRESTLive: sheba's own handler over REST. An SSE stream
+// gets the account.created of an account made while it is open, with the
+// resource's JSON as data; a second stream of the same key beyond
+// events.max_streams_per_key is an ordinary 429 TOO_MANY_STREAMS (the
+// chain's stream side judges REST openings too).
+func TestStreamEventsRESTLive(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, func(c *config.Config) { c.Events.MaxStreamsPerKey = 1 })
+	resp := openStream(t, t.Context(), e, "/v1/events:stream?eventTypes=account.created", "Accept", "text/event-stream")
+	wantStreamHeaders(t, resp, "text/event-stream")
+	r := sseReader{bufio.NewScanner(resp.Body)}
+	first, err := r.next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Event != "heartbeat" || first.ID == "" {
+		t.Errorf("first event %+v, want a heartbeat with its cursor as id", first)
+	}
+
+	refused := e.do(t, http.MethodGet, "/v1/events:stream", "")
+	wantRESTDetails(t, "a second stream of the key", refused, http.StatusTooManyRequests, reason.TooManyStreams)
+
+	wantCode(t, e.do(t, http.MethodPost, "/v1/accounts", `{"username":"restlive","password":"password1"}`), http.StatusOK)
+	for range 100 { // heartbeats may come first
+		ev, err := r.next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Event == "heartbeat" {
+			continue
+		}
+		var data map[string]any
+		if err := json.Unmarshal([]byte(ev.Data), &data); err != nil {
+			t.Fatalf("event data %q: %v", ev.Data, err)
+		}
+		if ev.Event != "account.created" || ev.ID == "" || data["username"] != "restlive" {
+			t.Errorf("got %+v, want the account.created of restlive with its id", ev)
+		}
+		return
+	}
+	t.Fatal("no event after 100 heartbeats")
+}

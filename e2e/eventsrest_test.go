@@ -423,3 +423,35 @@ func TestStreamEventsRESTLive(t *testing.T) {
 	}
 	t.Fatal("no event after 100 heartbeats")
 }
+
+// TestStreamEventsRESTShutdown: an open REST stream ends at shutdown with
+// a last {"error":…} line of UNAVAILABLE, and does not hold the shutdown
+// (Serve returns nil within shutdown.timeout).
+func TestStreamEventsRESTShutdown(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, func(c *config.Config) {
+		c.Shutdown.DrainDelay = 100 * time.Millisecond
+		c.Shutdown.Timeout = 5 * time.Second
+	})
+	resp := openStream(t, t.Context(), e, "/v1/events:stream")
+	wantStreamHeaders(t, resp, "application/json")
+	lines := bufio.NewScanner(resp.Body)
+	if !lines.Scan() {
+		t.Fatal(lines.Err())
+	}
+	if err := e.stop(); err != nil {
+		t.Errorf("Serve with a REST stream open: %v", err)
+	}
+	var last []byte
+	for lines.Scan() {
+		last = append(last[:0], lines.Bytes()...)
+	}
+	var end struct{ Error json.RawMessage }
+	if err := json.Unmarshal(last, &end); err != nil || end.Error == nil {
+		t.Fatalf("last line %q: want {\"error\":<Status>} (%v)", last, err)
+	}
+	var st struct{ Code codes.Code }
+	if err := json.Unmarshal(end.Error, &st); err != nil || st.Code != codes.Unavailable {
+		t.Errorf("last line %s: want code UNAVAILABLE", last)
+	}
+}

@@ -22,7 +22,7 @@ import (
 	"github.com/shebasvc/sheba/internal/app"
 )
 
-// cannedEvents is an EventService that streams what its after_event_id
+// scriptedEvents is an EventService that streams what its after_event_id
 // names, so that the REST tests see framing, headers and errors before the
 // real handler streams the event log:
 //
@@ -34,7 +34,7 @@ import (
 //
 // It records each after_event_id it is given and, on ended, the stream
 // whose context was canceled.
-type cannedEvents struct {
+type scriptedEvents struct {
 	shebav1.UnimplementedEventServiceServer
 	tick time.Duration
 
@@ -43,9 +43,9 @@ type cannedEvents struct {
 	ended chan string
 }
 
-var cannedData, _ = structpb.NewStruct(map[string]any{"id": "a1", "username": "ada"})
+var scriptedData, _ = structpb.NewStruct(map[string]any{"id": "a1", "username": "ada"})
 
-func (c *cannedEvents) StreamEvents(req *shebav1.StreamEventsRequest, s grpc.ServerStreamingServer[shebav1.StreamEventsResponse]) error {
+func (c *scriptedEvents) StreamEvents(req *shebav1.StreamEventsRequest, s grpc.ServerStreamingServer[shebav1.StreamEventsResponse]) error {
 	c.mu.Lock()
 	c.after = append(c.after, req.GetAfterEventId())
 	c.mu.Unlock()
@@ -73,7 +73,7 @@ func (c *cannedEvents) StreamEvents(req *shebav1.StreamEventsRequest, s grpc.Ser
 		return err
 	}
 	if err := s.Send(&shebav1.StreamEventsResponse{Message: &shebav1.StreamEventsResponse_Event{Event: &shebav1.Event{
-		Id: "ev1", Type: "account.created", Data: cannedData,
+		Id: "ev1", Type: "account.created", Data: scriptedData,
 	}}}); err != nil {
 		return err
 	}
@@ -85,7 +85,7 @@ func (c *cannedEvents) StreamEvents(req *shebav1.StreamEventsRequest, s grpc.Ser
 	return s.Context().Err()
 }
 
-func (c *cannedEvents) lastAfter() string {
+func (c *scriptedEvents) lastAfter() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.after) == 0 {
@@ -183,7 +183,7 @@ func (r sseReader) next() (sseEvent, error) {
 // Server-Sent Events, with a test double of the handler.
 func TestStreamEventsREST(t *testing.T) {
 	t.Parallel()
-	events := &cannedEvents{tick: 100 * time.Millisecond, ended: make(chan string, 16)}
+	events := &scriptedEvents{tick: 100 * time.Millisecond, ended: make(chan string, 16)}
 	e := newTestEnvWith(t, nil, []app.Option{app.WithEventServer(events)}, func(c *config.Config) {
 		c.HTTP.WriteTimeout = time.Second
 		// Every answer large enough to be compressed: a stream never is.
@@ -291,6 +291,9 @@ func TestStreamEventsREST(t *testing.T) {
 		wantRESTError(t, r, http.StatusBadRequest, codes.InvalidArgument, "event_types[0]")
 		r = e.do(t, http.MethodGet, "/v1/events:stream", "", "Accept", "application/cbor")
 		wantRESTDetails(t, "Accept: application/cbor", r, http.StatusNotAcceptable, reason.NotAcceptable)
+		// The key first, whatever is asked for.
+		r = e.do(t, http.MethodGet, "/v1/events:stream", "", "Accept", "application/cbor", "X-Api-Key", "")
+		wantRESTDetails(t, "Accept: application/cbor without a key", r, http.StatusUnauthorized, reason.APIKeyMissing)
 	})
 
 	t.Run("a client that goes away ends the handler's stream", func(t *testing.T) {
@@ -375,5 +378,80 @@ func wantStatusJSON(t *testing.T, data []byte, code codes.Code, want string) {
 	}
 	if diff := cmp.Diff([]string{want}, reasons); diff != "" {
 		t.Errorf("status %s: ErrorInfo reasons (-want +got):\n%s", data, diff)
+	}
+}
+
+// TestStreamEventsRESTLive: sheba's own handler over REST. An SSE stream
+// gets the account.created of an account made while it is open, with the
+// resource's JSON as data; a second stream of the same key beyond
+// events.max_streams_per_key is an ordinary 429 TOO_MANY_STREAMS (the
+// chain's stream side judges REST openings too).
+func TestStreamEventsRESTLive(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, func(c *config.Config) { c.Events.MaxStreamsPerKey = 1 })
+	resp := openStream(t, t.Context(), e, "/v1/events:stream?eventTypes=account.created", "Accept", "text/event-stream")
+	wantStreamHeaders(t, resp, "text/event-stream")
+	r := sseReader{bufio.NewScanner(resp.Body)}
+	first, err := r.next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Event != "heartbeat" || first.ID == "" {
+		t.Errorf("first event %+v, want a heartbeat with its cursor as id", first)
+	}
+
+	refused := e.do(t, http.MethodGet, "/v1/events:stream", "")
+	wantRESTDetails(t, "a second stream of the key", refused, http.StatusTooManyRequests, reason.TooManyStreams)
+
+	wantCode(t, e.do(t, http.MethodPost, "/v1/accounts", `{"username":"restlive","password":"password1"}`), http.StatusOK)
+	for range 100 { // heartbeats may come first
+		ev, err := r.next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Event == "heartbeat" {
+			continue
+		}
+		var data map[string]any
+		if err := json.Unmarshal([]byte(ev.Data), &data); err != nil {
+			t.Fatalf("event data %q: %v", ev.Data, err)
+		}
+		if ev.Event != "account.created" || ev.ID == "" || data["username"] != "restlive" {
+			t.Errorf("got %+v, want the account.created of restlive with its id", ev)
+		}
+		return
+	}
+	t.Fatal("no event after 100 heartbeats")
+}
+
+// TestStreamEventsRESTShutdown: an open REST stream ends at shutdown with
+// a last {"error":…} line of UNAVAILABLE, and does not hold the shutdown
+// (Serve returns nil within shutdown.timeout).
+func TestStreamEventsRESTShutdown(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, func(c *config.Config) {
+		c.Shutdown.DrainDelay = 100 * time.Millisecond
+		c.Shutdown.Timeout = 5 * time.Second
+	})
+	resp := openStream(t, t.Context(), e, "/v1/events:stream")
+	wantStreamHeaders(t, resp, "application/json")
+	lines := bufio.NewScanner(resp.Body)
+	if !lines.Scan() {
+		t.Fatal(lines.Err())
+	}
+	if err := e.stop(); err != nil {
+		t.Errorf("Serve with a REST stream open: %v", err)
+	}
+	var last []byte
+	for lines.Scan() {
+		last = append(last[:0], lines.Bytes()...)
+	}
+	var end struct{ Error json.RawMessage }
+	if err := json.Unmarshal(last, &end); err != nil || end.Error == nil {
+		t.Fatalf("last line %q: want {\"error\":<Status>} (%v)", last, err)
+	}
+	var st struct{ Code codes.Code }
+	if err := json.Unmarshal(end.Error, &st); err != nil || st.Code != codes.Unavailable {
+		t.Errorf("last line %s: want code UNAVAILABLE", last)
 	}
 }

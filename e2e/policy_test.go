@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"io"
 	"sync"
 	"testing"
 	"time"
@@ -59,6 +60,31 @@ func (s *stubHandlers) option(t *testing.T) app.Option {
 		s.mu.Unlock()
 		return newResponse(t, info.FullMethod), nil
 	})
+}
+
+// invokeAny calls m on conn with in and testKey: a unary call, or a
+// server-streaming one read to its end (nil when it ends OK).
+func invokeAny(ctx context.Context, t *testing.T, conn *grpc.ClientConn, m shebav1.MethodTable, in proto.Message, opts ...grpc.CallOption) error {
+	if !m.ServerStreams {
+		return conn.Invoke(ctx, m.FullName, in, newResponse(t, m.FullName), opts...)
+	}
+	s, err := conn.NewStream(metadata.AppendToOutgoingContext(ctx, "x-api-key", testKey), &grpc.StreamDesc{ServerStreams: true}, m.FullName, opts...)
+	if err != nil {
+		return err
+	}
+	if err := s.SendMsg(in); err != nil {
+		return err
+	}
+	if err := s.CloseSend(); err != nil {
+		return err
+	}
+	for {
+		if err := s.RecvMsg(newResponse(t, m.FullName)); err == io.EOF {
+			return nil
+		} else if err != nil {
+			return err
+		}
+	}
 }
 
 func (s *stubHandlers) count(method string) int {
@@ -127,24 +153,12 @@ func TestMethodPolicies(t *testing.T) {
 			case !m.Policy.Public && status.Code(err) != codes.Unauthenticated:
 				t.Errorf("%s needs a key: without one got %v, want Unauthenticated", m.FullName, err)
 			}
-			if m.ServerStreams {
-				// The chain's stream side is a later step: until then
-				// a stream with a key is UNIMPLEMENTED, and its policy
-				// is not applied. This fails once it is served, so
-				// that its policy is covered here then.
-				err := e.conn.Invoke(t.Context(), m.FullName, in, newResponse(t, m.FullName))
-				if status.Code(err) != codes.Unimplemented {
-					t.Errorf("%s with a key: got %v, want Unimplemented (not served yet); cover its policy here", m.FullName, err)
-				}
-				continue
-			}
-
 			before := stub.count(m.FullName)
 			ctx := metadata.AppendToOutgoingContext(t.Context(), idempotency.MetadataKey, "policy-"+m.Name)
 			var replayed []string
 			for range 2 {
 				var header metadata.MD
-				if err := e.conn.Invoke(ctx, m.FullName, in, newResponse(t, m.FullName), grpc.Header(&header)); err != nil {
+				if err := invokeAny(ctx, t, e.conn, m, in, grpc.Header(&header)); err != nil {
 					t.Fatalf("%s with a key: %v", m.FullName, err)
 				}
 				replayed = append(replayed, header.Get(idempotency.ReplayedKey)...)
@@ -174,12 +188,8 @@ func TestMethodPolicies(t *testing.T) {
 			return status.Code(err) == codes.Unavailable
 		})
 		for _, m := range tableMethods(t) {
-			if m.ServerStreams {
-				// Not served yet (above).
-				continue
-			}
 			var header metadata.MD
-			err := e.conn.Invoke(t.Context(), m.FullName, policySamples[m.FullName], newResponse(t, m.FullName), grpc.Header(&header))
+			err := invokeAny(t.Context(), t, e.conn, m, policySamples[m.FullName], grpc.Header(&header))
 			if m.Policy.Database {
 				wantGRPCDetails(t, m.FullName, err, header, codes.Unavailable, reason.DatabaseUnavailable)
 				continue

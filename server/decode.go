@@ -32,7 +32,8 @@ import (
 // request refused; RegisterChained's handler hands the chain the refusal in
 // place of the message, and the chain answers it (CheckRequest), as any
 // answer of the chain. Every other message decodes as grpc-go's codec
-// decodes it.
+// decodes it. On the way out, an event of StreamEvents, encoded once for
+// every stream (encodedMessage), is sent as its bytes.
 func Codec(maxBytes int) encoding.CodecV2 {
 	return &codec{
 		base:     encoding.GetCodecV2(grpcproto.Name),

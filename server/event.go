@@ -153,7 +153,7 @@ func (s *eventServer) subscribe(ctx context.Context, req *shebav1.StreamEventsRe
 	}
 	if ctx.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, eventlog.ErrStopped)) {
 		// The hub has not started (the database is down) or stopped.
-		return nil, reason.OutcomeDatabaseDown.Error("DEBUG hub not ready")
+		return nil, errNoHub
 	}
 	return nil, reason.Answer(ctx, nil, "stream events", err, reason.Own{})
 }

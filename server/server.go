@@ -45,9 +45,6 @@ type Options struct {
 	Logins *loginthrottle.Throttle
 	// EventStream configures StreamEvents (the events section).
 	EventStream EventOptions
-	// EventServer, if not nil, serves EventService in place of sheba's
-	// own (tests).
-	EventServer shebav1.EventServiceServer
 }
 
 // Services are the sheba.v1 services, ready to be registered on any
@@ -95,13 +92,6 @@ func New(st *store.Store, opts Options) (*Services, error) {
 	}
 	if s.list, err = s.services(); err != nil {
 		return nil, err
-	}
-	if opts.EventServer != nil {
-		for i := range s.list {
-			if s.list[i].table == &shebav1.EventService_Table {
-				s.list[i].impl = opts.EventServer
-			}
-		}
 	}
 	return s, nil
 }

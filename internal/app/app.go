@@ -140,9 +140,10 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 	}
 	// The event hub keeps one connection listening for new events: in a
 	// pool of its own, so that it never takes one of the API's, nor waits
-	// behind them. Not traced: it waits, it does not query.
+	// behind them. Not traced: it waits, it does not query; and its wait
+	// is cut at once when the hub stops, not cancelled.
 	if a.listenPool, err = store.OpenPool(ctx, cfg.Database.URL, 1, tracenoop.NewTracerProvider(),
-		store.WithCanceler(&a.conns), store.WithFailover(a.failover)); err != nil {
+		store.WithCutOnCancel(), store.WithCanceler(&a.conns), store.WithFailover(a.failover)); err != nil {
 		return nil, err
 	}
 	if a.standby, err = openStandby(ctx, cfg, tp, &a.conns); err != nil {
@@ -207,7 +208,6 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 			OpenTimeout: cfg.Limits.Timeout,
 			OnEvent:     sm.events.Inc,
 		},
-		EventServer: o.eventServer,
 	})
 	if err != nil {
 		return err
@@ -300,7 +300,7 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 		grpc.ChainStreamInterceptor(
 			streams.StreamServerInterceptor(concurrency.StreamServerInterceptor(concurrency.NewLimiter(cfg.GRPC.MaxOpenStreams))),
 			a.streams.StreamServerInterceptor()))
-	services.RegisterChained(a.grpc, chain)
+	services.RegisterChained(o.registrar(a.grpc), chain)
 	healthpb.RegisterHealthServer(a.grpc, a.health.Service())
 	if cfg.GRPC.Reflection {
 		reflection.Register(a.grpc)
@@ -319,14 +319,14 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 	// for that (no bound in its codec).
 	a.browser = newGRPCServer(cfg, tp, 0, grpc.ChainStreamInterceptor(
 		streams.StreamServerInterceptor(nil), a.streams.StreamServerInterceptor()))
-	services.RegisterChained(a.browser, chain)
+	services.RegisterChained(o.registrar(a.browser), chain)
 
 	channel := gateway.NewChannel(nil)
-	services.RegisterChained(channel, chain)
-	// A stream's opening passes the chain (so a call without a key is
-	// 401), then its handler runs behind the drain, as on the gRPC servers.
-	channel.OpenStreamsThrough(chain)
-	channel.StreamThrough(a.streams.StreamServerInterceptor())
+	services.RegisterChained(o.registrar(channel), chain)
+	// A REST stream opens through the chain's stream side (so a call
+	// without a key is 401, and the stream limits hold), then runs behind
+	// the drain, as on the gRPC servers.
+	channel.StreamThrough(streams.StreamServerInterceptor(nil), a.streams.StreamServerInterceptor())
 	rest, err := gateway.New(ctx, channel, gateway.Options{
 		MaxBodyBytes:        cfg.HTTP.MaxBodyBytes,
 		MaxConcurrentBodies: cfg.HTTP.MaxConcurrentBodies,

@@ -85,7 +85,30 @@ func WithUnaryInterceptor(i grpc.UnaryServerInterceptor) Option {
 }
 
 // WithEventServer serves EventService with s in place of sheba's own, on
-// every transport, behind the same chain: tests stream what they choose.
+// every transport, behind the same chain. Tests stream canned events and
+// heartbeats with it.
 func WithEventServer(s shebav1.EventServiceServer) Option {
 	return func(o *options) { o.eventServer = s }
+}
+
+// eventRegistrar registers services on ServiceRegistrar, EventService with
+// impl in place of the one given (WithEventServer).
+type eventRegistrar struct {
+	grpc.ServiceRegistrar
+	impl shebav1.EventServiceServer
+}
+
+func (r eventRegistrar) RegisterService(desc *grpc.ServiceDesc, impl any) {
+	if desc.ServiceName == shebav1.EventService_ServiceDesc.ServiceName {
+		impl = r.impl
+	}
+	r.ServiceRegistrar.RegisterService(desc, impl)
+}
+
+// registrar is r, or r serving the event server of o if it has one.
+func (o options) registrar(r grpc.ServiceRegistrar) grpc.ServiceRegistrar {
+	if o.eventServer == nil {
+		return r
+	}
+	return eventRegistrar{ServiceRegistrar: r, impl: o.eventServer}
 }

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"io"
 	"sync"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/interceptors/apikey"
 	"github.com/shebasvc/sheba/interceptors/callinfo"
+	"github.com/shebasvc/sheba/interceptors/drain"
 	"github.com/shebasvc/sheba/interceptors/reason"
 	"github.com/shebasvc/sheba/interceptors/retryafter"
 	"github.com/shebasvc/sheba/server"
@@ -115,9 +117,7 @@ func endReason(ctx context.Context, err error) string {
 		return endTooSlow
 	case err == nil, status.Code(err) == codes.Canceled, errors.Is(err, context.Canceled) && ctx.Err() != nil:
 		return endClient
-	case status.Code(err) == codes.Unavailable && ctx.Err() == nil:
-		// The drain ended it (interceptors/drain), or the hub stopped
-		// with the process.
+	case errors.Is(err, drain.ErrShuttingDown):
 		return endShutdown
 	}
 	return endError
@@ -182,13 +182,13 @@ type eventsLimits struct{ maxStreams, maxPerKey int }
 // Open opens a stream of method, whose request is req, on the stream
 // context ctx: through the chain (see streamOpening), then, admitted and
 // given a stream slot, it sends the headers the chain left and runs
-// serve, with the chain's context (the call's Info, the caller) ending
-// with ctx, not at the opening's deadline. Refused, it returns the
-// chain's answer and serve does not run. The slot is freed when serve
-// returns.
-func (o *streamOpening) Open(ctx context.Context, method string, req any, serve func(ctx context.Context) error) error {
+// serve with the request the chain passed on (the hook may replace it)
+// and the chain's context (the call's Info, the caller) ending with ctx,
+// not at the opening's deadline. Refused, it returns the chain's answer
+// and serve does not run. The slot is freed when serve returns.
+func (o *streamOpening) Open(ctx context.Context, method string, req any, serve func(ctx context.Context, req any) error) error {
 	info := &grpc.UnaryServerInfo{FullMethod: method}
-	_, err := o.chain(ctx, req, info, func(octx context.Context, _ any) (any, error) {
+	_, err := o.chain(ctx, req, info, func(octx context.Context, req any) (any, error) {
 		key := apikey.IDFromContext(octx)
 		if !o.slots.acquire(key) {
 			retryafter.Set(octx, streamRetry)
@@ -207,7 +207,7 @@ func (o *streamOpening) Open(ctx context.Context, method string, req any, serve 
 		defer stop()
 		o.metrics.open.Inc()
 		defer o.metrics.open.Dec()
-		err := serve(sctx)
+		err := serve(sctx, req)
 		o.metrics.ended.WithLabelValues(endReason(ctx, err)).Inc()
 		return nil, err
 	})
@@ -231,27 +231,33 @@ func (o *streamOpening) StreamServerInterceptor(others grpc.StreamServerIntercep
 		if err != nil {
 			return err
 		}
-		return o.Open(ss.Context(), info.FullMethod, req, func(ctx context.Context) error {
+		return o.Open(ss.Context(), info.FullMethod, req, func(ctx context.Context, req any) error {
 			return handler(srv, &openedStream{ServerStream: ss, ctx: ctx, req: req})
 		})
 	}
 }
 
 // openedStream is a stream whose request was read already: its handler's
-// RecvMsg gets that request.
+// first RecvMsg gets that request, and any later one io.EOF, as a
+// server-streaming call has one request.
 type openedStream struct {
 	grpc.ServerStream
-	ctx context.Context
-	req any
+	ctx  context.Context
+	req  any
+	read bool
 }
 
 func (s *openedStream) Context() context.Context { return s.ctx }
 
 func (s *openedStream) RecvMsg(m any) error {
+	if s.read {
+		return io.EOF
+	}
+	s.read = true
 	dst, ok := m.(proto.Message)
 	src, ok2 := s.req.(proto.Message)
 	if !ok || !ok2 {
-		return status.Error(codes.Internal, "internal error")
+		return errInternal
 	}
 	proto.Reset(dst)
 	proto.Merge(dst, src)

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"io"
+	"slices"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -40,8 +41,8 @@ type Channel struct {
 	streams map[string]streamMethod
 	// opening is the chain a stream's opening passes (OpenStreamsThrough),
 	// and streamInterceptor what runs around its handler (StreamThrough).
-	opening           grpc.UnaryServerInterceptor
-	streamInterceptor grpc.StreamServerInterceptor
+	opening            grpc.UnaryServerInterceptor
+	streamInterceptors []grpc.StreamServerInterceptor
 }
 
 type streamMethod struct {
@@ -66,7 +67,8 @@ func NewChannel(interceptor grpc.UnaryServerInterceptor) *Channel {
 }
 
 // OpenStreamsThrough makes the opening of every stream pass chain before its
-// handler runs (NewStream): the key, the limits and
+// handler runs (NewStream), for a Channel whose stream interceptors
+// (StreamThrough) do not open streams themselves: the key, the limits and
 // validation judge it as they judge a unary call, so a call without a key
 // is refused UNAUTHENTICATED (401), whatever the method. A Channel made
 // with an interceptor uses that one. It is not safe to call once calls
@@ -263,10 +265,11 @@ func plainCallContext(ctx context.Context, method string, md metadata.MD) (conte
 var errNotInProcess = reason.Error(codes.Unimplemented, reason.ForCode(codes.Unimplemented), "only server streams are served over REST")
 
 // NewStream opens a call of a server-streaming method. Its request, once
-// sent (SendMsg), passes the opening chain (OpenStreamsThrough) as a unary
-// call does, whose refusal is the call's answer; then the method's handler
-// runs on a goroutine of its own (behind the stream interceptor, if
-// StreamThrough gave one), and each message it sends reaches RecvMsg as a
+// sent (SendMsg), passes the opening chain (OpenStreamsThrough, if given)
+// as a unary call does, whose refusal is the call's answer; then the
+// method's handler
+// runs on a goroutine of its own (behind the stream interceptors
+// StreamThrough gives), and each message it sends reaches RecvMsg as a
 // copy. The handler's context has the values the chain gave it (the
 // caller, the request id) and the cancellation of ctx alone, not the
 // chain's deadline: limits.timeout bounds the opening, and a stream runs
@@ -274,19 +277,19 @@ var errNotInProcess = reason.Error(codes.Unimplemented, reason.ForCode(codes.Uni
 // of other kinds, and unknown methods, are UNIMPLEMENTED at once.
 func (c *Channel) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	m, ok := c.streams[method]
-	if !ok || desc.ClientStreams || c.opening == nil {
+	if !ok || desc.ClientStreams {
 		return nil, errNotInProcess
 	}
 	return &clientStream{ctx: ctx, method: method, m: m, c: c, opts: opts,
 		msgs: make(chan proto.Message), headerSent: make(chan struct{}), done: make(chan struct{})}, nil
 }
 
-// StreamThrough runs i around every stream's handler, after its opening
-// has passed the chain: what a grpc.Server's stream interceptors do for
-// its streams (the drain at shutdown). It is not safe to call once calls
-// have started.
-func (c *Channel) StreamThrough(i grpc.StreamServerInterceptor) {
-	c.streamInterceptor = i
+// StreamThrough runs interceptors around every stream's handler, the first
+// outermost, after its opening has passed the chain: what a grpc.Server's
+// stream interceptors do for its streams (the drain at shutdown). It is
+// not safe to call once calls have started.
+func (c *Channel) StreamThrough(interceptors ...grpc.StreamServerInterceptor) {
+	c.streamInterceptors = interceptors
 }
 
 // clientStream is the client's side of an in-process server stream, and
@@ -323,6 +326,11 @@ func (s *clientStream) SendMsg(req any) error {
 	md, room := incomingMetadata(s.ctx)
 	sctx, stream := newCallContext(s.ctx, s.method, md, room)
 	s.stream = stream
+	if s.c.opening == nil {
+		// The stream interceptors open it (StreamThrough).
+		go s.serve(&serverStream{ctx: streamContext{Context: s.ctx, values: sctx}, client: s, req: req.(proto.Message)})
+		return nil
+	}
 	var chainCtx context.Context
 	_, err := s.c.opening(sctx, req, &grpc.UnaryServerInfo{Server: s.m.impl, FullMethod: s.method},
 		func(ctx context.Context, _ any) (any, error) {
@@ -357,7 +365,7 @@ func (s *clientStream) serve(ss *serverStream) {
 	close(s.done)
 }
 
-// run calls the handler behind the stream interceptor, a panic becoming
+// run calls the handler behind the stream interceptors, a panic becoming
 // INTERNAL as the chain's recovery makes it of a unary call's.
 func (s *clientStream) run(ss *serverStream) (err error) {
 	defer func() {
@@ -365,10 +373,13 @@ func (s *clientStream) run(ss *serverStream) (err error) {
 			err = reason.Error(codes.Internal, reason.Internal, "internal error")
 		}
 	}()
-	if i := s.c.streamInterceptor; i != nil {
-		return i(s.m.impl, ss, &grpc.StreamServerInfo{FullMethod: s.method, IsServerStream: true}, s.m.handler)
+	info := &grpc.StreamServerInfo{FullMethod: s.method, IsServerStream: true}
+	handler := s.m.handler
+	for _, i := range slices.Backward(s.c.streamInterceptors) {
+		next := handler
+		handler = func(srv any, ss grpc.ServerStream) error { return i(srv, ss, info, next) }
 	}
-	return s.m.handler(s.m.impl, ss)
+	return handler(s.m.impl, ss)
 }
 
 func (s *clientStream) headerSentYet() bool {

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -141,6 +142,14 @@ func TestInprocChannelStreams(t *testing.T) {
 		defer cancel()
 		return handler(ctx, req)
 	})
+	var order []string
+	around := func(name string) grpc.StreamServerInterceptor {
+		return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+			order = append(order, name+" "+info.FullMethod)
+			return handler(srv, ss)
+		}
+	}
+	c.StreamThrough(around("first"), around("second"))
 	client := shebav1.NewEventServiceClient(c)
 	s, err := client.StreamEvents(t.Context(), &shebav1.StreamEventsRequest{AfterEventId: "a1"})
 	if err == nil {
@@ -173,6 +182,10 @@ func TestInprocChannelStreams(t *testing.T) {
 	cancel()
 	if err := <-impl.ended; status.Code(err) != codes.Canceled {
 		t.Errorf("the handler's stream ended with %v, want Canceled", err)
+	}
+	wantOrder := []string{"first /sheba.v1.EventService/StreamEvents", "second /sheba.v1.EventService/StreamEvents"}
+	if !slices.Equal(order, wantOrder) {
+		t.Errorf("stream interceptors ran %q, want %q", order, wantOrder)
 	}
 	for i, m := range got {
 		if m == impl.sent[i] {

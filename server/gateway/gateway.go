@@ -197,7 +197,7 @@ func New(ctx context.Context, conn *Channel, o Options) (http.Handler, error) {
 			r = shareRequest(r)
 		}
 		if isStream(routes, r) {
-			serveStream(gw, mux, w, r, o.WriteTimeout)
+			serveStream(gw, mux, o.Authenticator, w, r, o.WriteTimeout)
 			return
 		}
 		negotiateAccept(r.Header)

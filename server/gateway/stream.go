@@ -44,7 +44,10 @@ func isStream(routes *routeTable, r *http.Request) bool {
 // sequence is no format of grpc-gateway's). It reads no body (a GET's has
 // no meaning) and holds no body slot: a stream lasts minutes. Each write
 // has writeTimeout to be written, not the whole stream (streamWriter).
-func serveStream(gw *runtime.ServeMux, mux http.Handler, w http.ResponseWriter, r *http.Request, writeTimeout time.Duration) {
+//
+// A request without a valid key is the chain's to refuse (401), whatever it
+// asks for, as every non-public method's.
+func serveStream(gw *runtime.ServeMux, mux http.Handler, authn Authenticator, w http.ResponseWriter, r *http.Request, writeTimeout time.Duration) {
 	w.Header().Set("Cache-Control", "no-store")
 	if acceptsEventStream(r.Header) {
 		r.Header.Set("Accept", eventStreamType)
@@ -61,13 +64,16 @@ func serveStream(gw *runtime.ServeMux, mux http.Handler, w http.ResponseWriter, 
 	} else {
 		negotiateAccept(r.Header)
 		if r.Header.Get("Accept") == cborpb.MediaType {
+			// The refusals, 406 or 401, are JSON.
 			r.Header.Set("Accept", "application/json")
-			writeError(gw, w, r, &runtime.HTTPStatusError{
-				HTTPStatus: http.StatusNotAcceptable,
-				Err: reason.Error(codes.InvalidArgument, reason.NotAcceptable,
-					"a stream is answered as application/json (newline-delimited) or text/event-stream, not application/cbor"),
-			})
-			return
+			if authn.Known(credential(r.Header, apiKeyHeaders[:]), credential(r.Header, authorizationHeaders[:])) {
+				writeError(gw, w, r, &runtime.HTTPStatusError{
+					HTTPStatus: http.StatusNotAcceptable,
+					Err: reason.Error(codes.InvalidArgument, reason.NotAcceptable,
+						"a stream is answered as application/json (newline-delimited) or text/event-stream, not application/cbor"),
+				})
+				return
+			}
 		}
 	}
 	r.Body, r.ContentLength = http.NoBody, 0
@@ -95,10 +101,12 @@ func acceptsEventStream(h http.Header) bool {
 	return false
 }
 
-// streamWriter gives each write of a stream, and its flush, timeout to be
-// written, and lifts the deadline once flushed: http.write_timeout bounds
-// each write, not the stream. (Lifted, because an HTTP/2 stream is reset
-// when its deadline passes, write or no write.)
+// streamWriter writes a stream's answer (REST and the browser protocols):
+// each write, and its flush, has timeout to be written (0: net/http's
+// deadline alone), and the deadline is lifted once flushed, so that
+// http.write_timeout bounds a write that a client does not read, not the
+// stream. (Lifted, because an HTTP/2 stream is reset when its deadline
+// passes, write or no write.)
 type streamWriter struct {
 	http.ResponseWriter
 	timeout time.Duration
@@ -119,6 +127,10 @@ func (w *streamWriter) WriteHeader(code int) {
 	w.extend()
 	w.ResponseWriter.WriteHeader(code)
 }
+
+// Flush sends what is written at once: each message of a stream is sent
+// as it comes.
+func (w *streamWriter) Flush() { _ = w.FlushError() }
 
 // FlushError flushes (http.ResponseController calls it), then lifts the
 // deadline.

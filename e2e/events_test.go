@@ -16,16 +16,17 @@ import (
 	"github.com/shebasvc/sheba/interceptors/reason"
 )
 
-// TestStreamEventsNotServedYet: EventService exists on every listener
-// before it streams. Server reflection lists it; over gRPC a call with a
-// key streams (eventstream_test.go) and one without is UNAUTHENTICATED; over REST, GET
-// /v1/events:stream with a key is 501 with the error body, without a key
-// 401 (the key is checked first), and with a key and a bad event type 400
-// (its opening is validated, as a unary call's request).
-func TestStreamEventsNotServedYet(t *testing.T) {
+// TestStreamEventsOpening: EventService exists on every listener. Server
+// reflection lists it; over gRPC a call with a key streams
+// (eventstream_test.go) and one without is UNAUTHENTICATED; over REST, GET
+// /v1/events:stream with a key and a cursor never issued is 400
+// EVENT_CURSOR_EXPIRED with the error body (the handler's refusal before
+// the first line; REST streams: eventsrest_test.go), without a key 401
+// (the key is checked first), and with a key and a bad event type 400 (its
+// opening is validated, as a unary call's request).
+func TestStreamEventsOpening(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t, func(c *config.Config) { c.GRPC.Reflection = true })
-	unimplemented := reason.ForCode(codes.Unimplemented)
 
 	t.Run("reflection", func(t *testing.T) {
 		s, err := rpb.NewServerReflectionClient(e.conn).ServerReflectionInfo(t.Context())
@@ -70,7 +71,7 @@ func TestStreamEventsNotServedYet(t *testing.T) {
 
 	t.Run("REST", func(t *testing.T) {
 		r := e.do(t, http.MethodGet, "/v1/events:stream?eventTypes=account.created&afterEventId=abc", "")
-		wantRESTDetails(t, "GET /v1/events:stream with a key", r, http.StatusNotImplemented, unimplemented)
+		wantRESTDetails(t, "GET /v1/events:stream with a key", r, http.StatusBadRequest, "EVENT_CURSOR_EXPIRED")
 
 		r = e.do(t, http.MethodGet, "/v1/events:stream", "", "X-Api-Key", "", "X-Request-Id", "stream-refused")
 		wantRESTDetails(t, "GET /v1/events:stream without a key", r, http.StatusUnauthorized, reason.APIKeyMissing)

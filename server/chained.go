@@ -21,8 +21,8 @@ import (
 // Server-streaming methods are registered as the service's description
 // has them (grpc-go's generated handlers): the chain is a unary
 // interceptor, which does not run for them; a grpc.Server runs its stream
-// interceptors around them, and the gateway's Channel does not serve
-// them in process (it answers UNIMPLEMENTED after the chain, NewStream).
+// interceptors around them, and the gateway's Channel serves them in
+// process after its opening has passed the chain (Channel.NewStream).
 //
 // A grpc.Server it registers on takes Codec (grpc.ForceServerCodecV2), so
 // that a request refused before it is unmarshalled (a message over

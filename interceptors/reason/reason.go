@@ -69,6 +69,7 @@ const (
 	UnsupportedContentEncoding = "UNSUPPORTED_CONTENT_ENCODING" // INVALID_ARGUMENT (415): a Content-Encoding other than gzip or zstd
 	BodyTooLarge               = "BODY_TOO_LARGE"               // RESOURCE_EXHAUSTED (413): a body over http.max_body_bytes; a gRPC, Connect or gRPC-Web message over grpc.max_recv_bytes
 	MalformedBody              = "MALFORMED_BODY"               // INVALID_ARGUMENT (400): a body that cannot be decompressed or decoded
+	NotAcceptable              = "NOT_ACCEPTABLE"               // INVALID_ARGUMENT (406): a stream asked for as application/cbor
 
 	// The external request hook (interceptors/hook).
 	HookDenied      = "HOOK_DENIED"      // the code of the hook's status (403 PERMISSION_DENIED, …; REST: that status): the hook broke the call; metadata "reason" holds the hook's reason

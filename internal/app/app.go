@@ -323,9 +323,10 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 
 	channel := gateway.NewChannel(nil)
 	services.RegisterChained(o.registrar(channel), chain)
-	// Streams are not served over REST yet: their opening passes the
-	// chain (so a call without a key is 401), then answers 501.
-	channel.OpenStreamsThrough(chain)
+	// A REST stream opens through the chain's stream side (so a call
+	// without a key is 401, and the stream limits hold), then runs behind
+	// the drain, as on the gRPC servers.
+	channel.StreamThrough(streams.StreamServerInterceptor(nil), a.streams.StreamServerInterceptor())
 	rest, err := gateway.New(ctx, channel, gateway.Options{
 		MaxBodyBytes:        cfg.HTTP.MaxBodyBytes,
 		MaxConcurrentBodies: cfg.HTTP.MaxConcurrentBodies,

@@ -341,42 +341,6 @@ func (b *browser) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	b.transcoder.ServeHTTP(retryWriter{w}, r)
 }
 
-// streamWriter writes a stream's answer, each write within timeout of its
-// start (0: net/http's deadline alone), so that http.write_timeout bounds
-// a write that a client does not read, not the stream.
-type streamWriter struct {
-	http.ResponseWriter
-	timeout time.Duration
-}
-
-func (w *streamWriter) Write(b []byte) (int, error) {
-	w.extend()
-	return w.ResponseWriter.Write(b)
-}
-
-func (w *streamWriter) WriteHeader(code int) {
-	w.extend()
-	w.ResponseWriter.WriteHeader(code)
-}
-
-// Flush sends what is written at once: each message of a stream is sent
-// as it comes.
-func (w *streamWriter) Flush() {
-	w.extend()
-	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
-}
-
-// Unwrap is for http.ResponseController.
-func (w *streamWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-func (w *streamWriter) extend() {
-	if w.timeout > 0 {
-		_ = ExtendWriteDeadline(w.ResponseWriter, w.timeout)
-	}
-}
-
 // retryWriter adds Retry-After: 1 to an answer of RESOURCE_EXHAUSTED that
 // has none: one that vanguard decided (a message over its buffer, a body
 // that decompresses past the limit), which Connect answers HTTP 429 and

@@ -39,11 +39,12 @@ var fuzzCodings = []struct {
 // fuzzAllowed are the answers a REST body may get.
 var fuzzAllowed = []int{200, 400, 401, 404, 409, 413, 415}
 
-// allowed returns the answers a route may give: fuzzAllowed, and 501 for
-// StreamEvents, which REST does not serve yet.
+// allowed returns the answers a route may give: fuzzAllowed, and for
+// StreamEvents 406 (a stream asked for as CBOR) and 503 (the harness runs
+// no event hub).
 func allowed(rt operation) []int {
 	if rt.id == "EventService_StreamEvents" {
-		return append(slices.Clip(fuzzAllowed), http.StatusNotImplemented)
+		return append(slices.Clip(fuzzAllowed), http.StatusNotAcceptable, http.StatusServiceUnavailable)
 	}
 	return fuzzAllowed
 }

@@ -122,6 +122,9 @@ func New(ctx context.Context, conn *Channel, o Options) (http.Handler, error) {
 		// CBOR for clients that ask for it (Content-Type or Accept), with
 		// the JSON mapping's shape.
 		runtime.WithMarshalerOption(cborpb.MediaType, markingMarshaler{newErrorBodies(&cborpb.Marshaler{Limits: requestCBORLimits}, bodies)}),
+		// Server-Sent Events, which serveStream alone asks for.
+		runtime.WithMarshalerOption(eventStreamType, sseMarshaler{json}),
+		runtime.WithStreamErrorHandler(streamErrorHandler),
 		runtime.WithIncomingHeaderMatcher(incomingHeader),
 		runtime.WithOutgoingHeaderMatcher(outgoingHeader),
 		runtime.WithErrorHandler(errorHandler),
@@ -192,6 +195,10 @@ func New(ctx context.Context, conn *Channel, o Options) (http.Handler, error) {
 		hdr["Vary"] = append(append(make([]string, 0, len(hdr["Vary"])+2), hdr["Vary"]...), "Accept")
 		if o.ShareRequest {
 			r = shareRequest(r)
+		}
+		if isStream(routes, r) {
+			serveStream(gw, mux, o.Authenticator, w, r, o.WriteTimeout)
+			return
 		}
 		negotiateAccept(r.Header)
 		r, public := keyBeforeBody(o.Authenticator, routes, r)

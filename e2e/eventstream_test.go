@@ -377,7 +377,7 @@ func TestStreamEventsEnds(t *testing.T) {
 	if got := series(m, "grpc_server_handled_total", "grpc_type", "grpc_method", "grpc_code")["grpc_type=server_stream,grpc_method=StreamEvents,grpc_code=Unavailable"]; got != 1 {
 		t.Errorf(`grpc_server_handled_total{grpc_type="server_stream",grpc_method="StreamEvents",grpc_code="Unavailable"}: got %v, want 1`, got)
 	}
-	if got := series(m, "sheba_requests_total", "method", "code")["method=/sheba.v1.EventService/StreamEvents,code=Unavailable"]; got != 1 {
+	if got := series(m, "sheba_requests_total", "method", "code")["method="+shebav1.EventService_StreamEvents_FullMethodName+",code=Unavailable"]; got != 1 {
 		t.Errorf("sheba_requests_total of StreamEvents, Unavailable: got %v, want 1", got)
 	}
 
@@ -476,7 +476,7 @@ func TestStreamEventsClientCancel(t *testing.T) {
 		ended = series(m, "sheba_streams_ended_total", "reason")
 		return ended["reason=client"] == 1
 	})
-	if got := requests["method=/sheba.v1.EventService/StreamEvents,code=Canceled"]; got != 1 {
+	if got := requests["method="+shebav1.EventService_StreamEvents_FullMethodName+",code=Canceled"]; got != 1 {
 		t.Errorf("sheba_requests_total of StreamEvents, Canceled: got %v, want 1 (all: %v)", got, requests)
 	}
 }

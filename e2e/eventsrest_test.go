@@ -382,13 +382,15 @@ func wantStatusJSON(t *testing.T, data []byte, code codes.Code, want string) {
 }
 
 // TestStreamEventsRESTLive: sheba's own handler over REST. An SSE stream
-// gets the account.created of an account made while it is open, with the
-// resource's JSON as data; a second stream of the same key beyond
-// events.max_streams_per_key is an ordinary 429 TOO_MANY_STREAMS (the
-// chain's stream side judges REST openings too).
+// and a newline-delimited JSON stream both get the account.created of an
+// account made while they are open: the event written once in each REST
+// encoding and shared by every stream (server/event.go), the SSE's data
+// the resource's JSON and the JSON line the StreamEventsResponse's; a
+// stream of the same key beyond events.max_streams_per_key is an ordinary
+// 429 TOO_MANY_STREAMS (the chain's stream side judges REST openings too).
 func TestStreamEventsRESTLive(t *testing.T) {
 	t.Parallel()
-	e := newTestEnv(t, func(c *config.Config) { c.Events.MaxStreamsPerKey = 1 })
+	e := newTestEnv(t, func(c *config.Config) { c.Events.MaxStreamsPerKey = 2 })
 	resp := openStream(t, t.Context(), e, "/v1/events:stream?eventTypes=account.created", "Accept", "text/event-stream")
 	wantStreamHeaders(t, resp, "text/event-stream")
 	r := sseReader{bufio.NewScanner(resp.Body)}
@@ -399,29 +401,72 @@ func TestStreamEventsRESTLive(t *testing.T) {
 	if first.Event != "heartbeat" || first.ID == "" {
 		t.Errorf("first event %+v, want a heartbeat with its cursor as id", first)
 	}
+	ndjson := openStream(t, t.Context(), e, "/v1/events:stream?eventTypes=account.created")
+	wantStreamHeaders(t, ndjson, "application/json")
+	lines := bufio.NewScanner(ndjson.Body)
+	if !lines.Scan() {
+		t.Fatalf("no first line: %v", lines.Err())
+	}
 
 	refused := e.do(t, http.MethodGet, "/v1/events:stream", "")
-	wantRESTDetails(t, "a second stream of the key", refused, http.StatusTooManyRequests, reason.TooManyStreams)
+	wantRESTDetails(t, "a third stream of the key", refused, http.StatusTooManyRequests, reason.TooManyStreams)
 
-	wantCode(t, e.do(t, http.MethodPost, "/v1/accounts", `{"username":"restlive","password":"password1"}`), http.StatusOK)
+	created := e.do(t, http.MethodPost, "/v1/accounts", `{"username":"restlive","password":"password1"}`)
+	wantCode(t, created, http.StatusOK)
+	var account map[string]any
+	if err := json.Unmarshal(created.Body, &account); err != nil {
+		t.Fatal(err)
+	}
+
+	var sse sseEvent
 	for range 100 { // heartbeats may come first
-		ev, err := r.next()
-		if err != nil {
+		if sse, err = r.next(); err != nil {
 			t.Fatal(err)
 		}
-		if ev.Event == "heartbeat" {
-			continue
+		if sse.Event != "heartbeat" {
+			break
 		}
-		var data map[string]any
-		if err := json.Unmarshal([]byte(ev.Data), &data); err != nil {
-			t.Fatalf("event data %q: %v", ev.Data, err)
-		}
-		if ev.Event != "account.created" || ev.ID == "" || data["username"] != "restlive" {
-			t.Errorf("got %+v, want the account.created of restlive with its id", ev)
-		}
-		return
 	}
-	t.Fatal("no event after 100 heartbeats")
+	var data map[string]any
+	if err := json.Unmarshal([]byte(sse.Data), &data); err != nil {
+		t.Fatalf("event data %q: %v", sse.Data, err)
+	}
+	if sse.Event != "account.created" || sse.ID == "" {
+		t.Errorf("got %+v, want the account.created of restlive with its id", sse)
+	}
+	if diff := cmp.Diff(account, data); diff != "" {
+		t.Errorf("SSE data (-the account +got):\n%s", diff)
+	}
+
+	var line struct {
+		Result struct {
+			Event *struct {
+				ID         string         `json:"id"`
+				Type       string         `json:"type"`
+				CreateTime string         `json:"createTime"`
+				Data       map[string]any `json:"data"`
+			} `json:"event"`
+		} `json:"result"`
+	}
+	for range 100 {
+		if !lines.Scan() {
+			t.Fatalf("the JSON stream ended: %v", lines.Err())
+		}
+		line.Result.Event = nil
+		if err := json.Unmarshal(lines.Bytes(), &line); err != nil {
+			t.Fatalf("line %q: %v", lines.Bytes(), err)
+		}
+		if line.Result.Event != nil {
+			break
+		}
+	}
+	ev := line.Result.Event
+	if ev == nil || ev.ID != sse.ID || ev.Type != "account.created" || ev.CreateTime == "" {
+		t.Fatalf("JSON line %s: want the event the SSE stream got (id %q) with its createTime", lines.Bytes(), sse.ID)
+	}
+	if diff := cmp.Diff(account, ev.Data); diff != "" {
+		t.Errorf("JSON line's data (-the account +got):\n%s", diff)
+	}
 }
 
 // TestStreamEventsRESTShutdown: an open REST stream ends at shutdown with

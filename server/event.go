@@ -37,10 +37,17 @@ type EventOptions struct {
 	OnEvent func()
 }
 
-// EncodingProto is the eventlog.Event.Encoded kind of an event's
-// StreamEventsResponse in protobuf binary: gRPC, and any transport that
-// sends the same bytes (Connect proto, gRPC-Web), shares it.
-const EncodingProto = 0
+// The eventlog.Event.Encoded kinds of an event's StreamEventsResponse.
+const (
+	// EncodingProto is protobuf binary: gRPC, and any transport that
+	// sends the same bytes (Connect proto, gRPC-Web), shares it.
+	EncodingProto = iota
+	// encodingJSON is REST's line of newline-delimited JSON, and
+	// encodingSSE its Server-Sent Event (encodedMessage.SharedJSON and
+	// SharedSSE).
+	encodingJSON
+	encodingSSE
+)
 
 // The answers of StreamEvents, made once.
 var (
@@ -112,7 +119,7 @@ func (s *eventServer) StreamEvents(req *shebav1.StreamEventsRequest, stream grpc
 			// Sent through the stream as a message Codec sends as it is
 			// (encodedMessage): the event's bytes, made once for every
 			// stream.
-			if err := stream.SendMsg(&encodedMessage{b: e.Encoded(EncodingProto, encodeEvent)}); err != nil {
+			if err := stream.SendMsg(&encodedMessage{b: e.Encoded(EncodingProto, encodeEvent), e: e}); err != nil {
 				return err
 			}
 			s.o.OnEvent()
@@ -205,21 +212,38 @@ func encodeEvent(e *eventlog.Event) []byte {
 	return b
 }
 
-// encodedMessage is a StreamEventsResponse already in protobuf binary.
-// Codec.Marshal sends its bytes as they are; any other codec, or the
-// in-process channel's proto.Merge, sees the message itself (ProtoReflect
-// decodes it, for that caller alone).
+// encodedMessage is a StreamEventsResponse already in protobuf binary, the
+// event e's. Codec.Marshal sends its bytes as they are; the REST side its
+// REST encodings, made once for e too (SharedJSON, SharedSSE); any other
+// codec, or the in-process channel's proto.Merge, sees the message itself
+// (ProtoReflect decodes it, for that caller alone).
 type encodedMessage struct {
 	b   []byte
+	e   *eventlog.Event
 	msg *shebav1.StreamEventsResponse
 }
 
 func (m *encodedMessage) encoded() []byte { return m.b }
 
-func (m *encodedMessage) ProtoReflect() protoreflect.Message {
+// SharedJSON returns f of the message, made once for the event: the REST
+// gateway's newline-delimited JSON line.
+func (m *encodedMessage) SharedJSON(f func(proto.Message) []byte) []byte {
+	return m.e.Encoded(encodingJSON, func(*eventlog.Event) []byte { return f(m.message()) })
+}
+
+// SharedSSE returns f of the message, made once for the event: the REST
+// gateway's Server-Sent Event.
+func (m *encodedMessage) SharedSSE(f func(proto.Message) []byte) []byte {
+	return m.e.Encoded(encodingSSE, func(*eventlog.Event) []byte { return f(m.message()) })
+}
+
+// message returns the message, decoded.
+func (m *encodedMessage) message() *shebav1.StreamEventsResponse {
 	if m.msg == nil {
 		m.msg = new(shebav1.StreamEventsResponse)
 		_ = proto.Unmarshal(m.b, m.msg)
 	}
-	return m.msg.ProtoReflect()
+	return m.msg
 }
+
+func (m *encodedMessage) ProtoReflect() protoreflect.Message { return m.message().ProtoReflect() }

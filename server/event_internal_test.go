@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"slices"
 	"testing"
 	"time"
 
@@ -39,6 +40,37 @@ func TestEncodedEvent(t *testing.T) {
 	if ev.GetId() != e.ID || ev.GetType() != e.Type || !ev.GetCreateTime().AsTime().Equal(e.CreateTime) ||
 		ev.GetData().GetFields()["plan"].GetStringValue() != "pro" {
 		t.Errorf("the encoded event: got %v, want %s %s with its data", &got, e.ID, e.Type)
+	}
+}
+
+// TestEncodedEventREST: the REST encodings of an event are made once, by
+// the first stream that writes it, from the decoded message, and every
+// other stream's message of that event gets the same bytes; the JSON and
+// SSE forms are kept apart.
+func TestEncodedEventREST(t *testing.T) {
+	e := sampleEvent()
+	var made []string
+	first := &encodedMessage{b: e.Encoded(EncodingProto, encodeEvent), e: e}
+	jsonOf := func(m proto.Message) []byte {
+		ev := m.(*shebav1.StreamEventsResponse).GetEvent()
+		made = append(made, "json "+ev.GetId())
+		return []byte("json of " + ev.GetType())
+	}
+	sseOf := func(m proto.Message) []byte {
+		made = append(made, "sse "+m.(*shebav1.StreamEventsResponse).GetEvent().GetId())
+		return []byte("sse")
+	}
+	j1, s1 := first.SharedJSON(jsonOf), first.SharedSSE(sseOf)
+	second := &encodedMessage{b: e.Encoded(EncodingProto, encodeEvent), e: e}
+	j2, s2 := second.SharedJSON(jsonOf), second.SharedSSE(sseOf)
+	if string(j1) != "json of "+e.Type || string(s1) != "sse" {
+		t.Fatalf("got %q and %q, want the encodings f made", j1, s1)
+	}
+	if &j1[0] != &j2[0] || &s1[0] != &s2[0] {
+		t.Error("the second stream's encodings are not the first's bytes")
+	}
+	if want := []string{"json " + e.ID, "sse " + e.ID}; !slices.Equal(made, want) {
+		t.Errorf("made %q, want each encoding once from the event's message: %q", made, want)
 	}
 }
 

@@ -425,6 +425,14 @@ func (s *clientStream) RecvMsg(m any) error {
 	case msg := <-s.msgs:
 		r := m.(proto.Message)
 		proto.Reset(r)
+		if sm, ok := msg.(sharedMessage); ok {
+			if rc, ok := s.ctx.Value(restCallKey{}).(*restCall); ok {
+				// The REST side writes sm's own encoding in r's place
+				// (rewriteShared): r stays empty.
+				rc.shared, rc.sharedFor = sm, r
+				return nil
+			}
+		}
 		proto.Merge(r, msg)
 		return nil
 	case <-s.done:
@@ -480,7 +488,14 @@ func (ss *serverStream) SetTrailer(md metadata.MD) { _ = ss.client.stream.SetTra
 // goes away.
 func (ss *serverStream) SendMsg(m any) error {
 	ss.client.sendHeader()
-	msg := proto.Clone(m.(proto.Message))
+	var msg proto.Message
+	if sm, ok := m.(sharedMessage); ok {
+		// Made for every stream alike and not changed once sent: not
+		// copied.
+		msg = sm
+	} else {
+		msg = proto.Clone(m.(proto.Message))
+	}
 	select {
 	case ss.client.msgs <- msg:
 		return nil

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/shebasvc/sheba/codec/cborpb"
 	"github.com/shebasvc/sheba/codec/httpcompress"
@@ -130,6 +131,11 @@ func New(ctx context.Context, conn *Channel, o Options) (http.Handler, error) {
 		runtime.WithErrorHandler(errorHandler),
 		runtime.WithRoutingErrorHandler(routes.routingError),
 		runtime.WithForwardResponseOption(writeETag),
+		// A stream's shared messages (events) are written in the REST
+		// encoding every stream shares.
+		runtime.WithForwardResponseRewriter(func(ctx context.Context, resp proto.Message) (any, error) {
+			return rewriteShared(ctx, resp, json)
+		}),
 		// A form-encoded POST is not a GET in disguise: it is answered 415.
 		runtime.WithDisablePathLengthFallback(),
 	}

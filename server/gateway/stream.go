@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/genproto/googleapis/api/httpbody"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -148,6 +149,49 @@ func (w *streamWriter) FlushError() error {
 
 // Unwrap lets http.ResponseController reach the connection's writer.
 func (w *streamWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// sharedMessage is a server stream's message that the handler sends to
+// every stream alike: an event of the log (server/event.go). The Channel
+// hands it to the REST side as it is, not a copy, and its REST encodings
+// are made once for all the streams that write it, by the first: f makes
+// it from the message, and the bytes must not be changed.
+type sharedMessage interface {
+	proto.Message
+	// SharedJSON returns the message's line of a newline-delimited JSON
+	// stream ({"result": message}), SharedSSE its Server-Sent Event.
+	SharedJSON(f func(proto.Message) []byte) []byte
+	SharedSSE(f func(proto.Message) []byte) []byte
+}
+
+// rewriteShared is the mux's response rewriter: a stream's message
+// received as a sharedMessage (clientStream.RecvMsg) is written as its
+// shared encoding, an HttpBody whose bytes grpc-gateway's stream loop
+// writes as they are, in place of the empty message it holds. Any other
+// response is its own.
+func rewriteShared(ctx context.Context, resp proto.Message, json runtime.Marshaler) (any, error) {
+	rc, ok := ctx.Value(restCallKey{}).(*restCall)
+	if !ok || rc.shared == nil || rc.sharedFor != resp {
+		return resp, nil
+	}
+	sm := rc.shared
+	rc.shared, rc.sharedFor = nil, nil
+	var b []byte
+	if rc.header.Get("Accept") == eventStreamType {
+		b = sm.SharedSSE(func(m proto.Message) []byte {
+			b, _ := sseMarshaler{json}.Marshal(map[string]any{"result": m})
+			return b
+		})
+	} else {
+		b = sm.SharedJSON(func(m proto.Message) []byte {
+			b, _ := json.Marshal(map[string]any{"result": m})
+			return b
+		})
+	}
+	if b == nil {
+		return nil, status.Error(codes.Internal, "internal error")
+	}
+	return &httpbody.HttpBody{Data: b}, nil
+}
 
 // streamErrorHandler completes an error that ends a stream after its first
 // line as errorHandler completes the others: its ErrorInfo, "internal

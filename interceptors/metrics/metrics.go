@@ -187,6 +187,19 @@ func (m *Metrics) ServerStreams(full ...string) {
 	}
 }
 
+// MessageSent counts one message sent on a stream of method (a full name
+// that ServerStreams named) in grpc_server_msg_sent_total, as
+// go-grpc-middleware counts each message a stream sends: the interceptor
+// sees the stream's opening and its end, not its messages.
+func (m *Metrics) MessageSent(method string) {
+	meth, ok := m.methods[method]
+	if !ok {
+		return
+	}
+	svc, name, typ := meth.service, meth.name, meth.typ
+	meth.sent.get(func() prometheus.Counter { return m.sent.WithLabelValues(typ, svc, name) }).Inc()
+}
+
 // UnaryServerInterceptor feeds the grpc_server_* family, with the trace id
 // as exemplar of its series when the call is sampled, and
 // sheba_requests_total.
@@ -230,7 +243,9 @@ func (m *Metrics) intercept(ctx context.Context, req any, info *grpc.UnaryServer
 		s = status.FromContextError(err)
 	}
 	code := s.Code()
-	if err == nil {
+	if err == nil && typ == unary {
+		// A stream's messages are counted as they are sent
+		// (MessageSent).
 		add(meth.sent.get(func() prometheus.Counter { return m.sent.WithLabelValues(typ, svc, name) }), ex)
 	}
 	add(meth.handled.get(code, func() prometheus.Counter {

@@ -107,6 +107,13 @@ func newStreamMetrics(reg prometheus.Registerer) (*streamMetrics, error) {
 	return m, nil
 }
 
+// plannedStreamEnd reports whether err ended an event stream as the server
+// planned (events.max_duration, shutdown): an UNAVAILABLE its client
+// resumes after, logged as no fault.
+func plannedStreamEnd(err error) bool {
+	return errors.Is(err, server.ErrStreamEnded) || errors.Is(err, drain.ErrShuttingDown)
+}
+
 // endReason classifies how an admitted stream ended, from its handler's
 // error and its context.
 func endReason(ctx context.Context, err error) string {
@@ -116,6 +123,9 @@ func endReason(ctx context.Context, err error) string {
 	case errors.Is(err, server.ErrStreamTooSlow):
 		return endTooSlow
 	case err == nil, status.Code(err) == codes.Canceled, errors.Is(err, context.Canceled) && ctx.Err() != nil:
+		return endClient
+	case ctx.Err() != nil && (status.Code(err) == codes.DeadlineExceeded || errors.Is(err, context.DeadlineExceeded)):
+		// The client's own deadline (grpc-timeout): the client's end.
 		return endClient
 	case errors.Is(err, drain.ErrShuttingDown):
 		return endShutdown
@@ -136,6 +146,9 @@ type streamOpening struct {
 	chain   grpc.UnaryServerInterceptor
 	slots   *streamSlots
 	metrics *streamMetrics
+	// sent counts a message a stream of a method sent
+	// (grpc_server_msg_sent_total).
+	sent func(method string)
 	// streams are the business server-streaming methods by full name.
 	streams map[string]shebav1.MethodTable
 }
@@ -162,7 +175,8 @@ func newStreamOpening(d chainDeps, c eventsLimits, m *streamMetrics) *streamOpen
 			}
 		}
 	}
-	return &streamOpening{chain: chainUnary(links...), slots: newStreamSlots(c.maxStreams, c.maxPerKey), metrics: m, streams: streams}
+	return &streamOpening{chain: chainUnary(links...), slots: newStreamSlots(c.maxStreams, c.maxPerKey), metrics: m,
+		sent: d.metrics.MessageSent, streams: streams}
 }
 
 // openingTimeout is the timeout link of a stream: the links after it
@@ -232,7 +246,7 @@ func (o *streamOpening) StreamServerInterceptor(others grpc.StreamServerIntercep
 			return err
 		}
 		return o.Open(ss.Context(), info.FullMethod, req, func(ctx context.Context, req any) error {
-			return handler(srv, &openedStream{ServerStream: ss, ctx: ctx, req: req})
+			return handler(srv, &openedStream{ServerStream: ss, ctx: ctx, req: req, sent: func() { o.sent(info.FullMethod) }})
 		})
 	}
 }
@@ -245,9 +259,19 @@ type openedStream struct {
 	ctx  context.Context
 	req  any
 	read bool
+	// sent counts a message sent.
+	sent func()
 }
 
 func (s *openedStream) Context() context.Context { return s.ctx }
+
+func (s *openedStream) SendMsg(m any) error {
+	if err := s.ServerStream.SendMsg(m); err != nil {
+		return err
+	}
+	s.sent()
+	return nil
+}
 
 func (s *openedStream) RecvMsg(m any) error {
 	if s.read {

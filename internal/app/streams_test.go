@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -37,6 +38,8 @@ func TestEndReason(t *testing.T) {
 	live := context.Background()
 	gone, cancel := context.WithCancel(live)
 	cancel()
+	expired, cancel := context.WithDeadline(live, time.Now())
+	defer cancel()
 	for _, c := range []struct {
 		name string
 		ctx  context.Context
@@ -46,6 +49,8 @@ func TestEndReason(t *testing.T) {
 		{"max_duration", live, server.ErrStreamEnded, endMaxDuration},
 		{"too slow", live, server.ErrStreamTooSlow, endTooSlow},
 		{"client went away", gone, context.Canceled, endClient},
+		{"the client's deadline", expired, status.Error(codes.DeadlineExceeded, "context deadline exceeded"), endClient},
+		{"a deadline of the server's", live, status.Error(codes.DeadlineExceeded, "context deadline exceeded"), endError},
 		{"drain", live, drain.ErrShuttingDown, endShutdown},
 		{"database down", live, status.Error(codes.Unavailable, "database unavailable"), endError},
 		{"internal", live, status.Error(codes.Internal, "internal error"), endError},

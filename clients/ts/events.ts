@@ -20,8 +20,16 @@ export interface WatchEventsOptions {
   signal?: AbortSignal;
   /** Called with the position of every message, an event's id or a heartbeat's cursor: keep the last one to resume after it later. */
   onPosition?: (position: string) => void;
-  /** How long to wait before opening the stream again after it ended (default 1000 ms). */
+  /**
+   * How long to wait before opening the stream again after it ended
+   * (default 1000 ms): doubled after each stream that ended before its
+   * first message, up to maxRetryDelayMs, and jittered (a half to the
+   * whole of it), so that the clients of a replica that shut down do not
+   * all come back at once.
+   */
   retryDelayMs?: number;
+  /** The longest wait between two opens (default 30000 ms). */
+  maxRetryDelayMs?: number;
 }
 
 /**
@@ -45,13 +53,17 @@ export async function* watchEvents(transport: Transport, opts: WatchEventsOption
     after = position;
     opts.onPosition?.(position);
   };
+  // failed counts the opens in a row that ended before a message.
+  let failed = 0;
   while (!signal?.aborted) {
+    let received = false;
     try {
       const stream = client.streamEvents(
         { eventTypes: opts.eventTypes ?? [], afterEventId: after },
         { headers: { "x-api-key": opts.apiKey }, signal },
       );
       for await (const res of stream) {
+        received = true;
         switch (res.message.case) {
           case "event":
             moved(res.message.value.id);
@@ -71,8 +83,18 @@ export async function* watchEvents(transport: Transport, opts: WatchEventsOption
         throw e;
       }
     }
-    await sleep(opts.retryDelayMs ?? 1000, signal);
+    failed = received ? 0 : failed + 1;
+    await sleep(retryDelay(opts, failed), signal);
   }
+}
+
+// retryDelay is the wait before the next open after failed opens in a row
+// that received nothing: retryDelayMs doubled for each, at most
+// maxRetryDelayMs, then a random half to the whole of it.
+function retryDelay(opts: WatchEventsOptions, failed: number): number {
+  const base = opts.retryDelayMs ?? 1000;
+  const delay = Math.min(base * 2 ** Math.min(failed, 16), opts.maxRetryDelayMs ?? 30000);
+  return delay / 2 + (Math.random() * delay) / 2;
 }
 
 // resumable says whether a stream that ended with code is opened again:

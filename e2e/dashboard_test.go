@@ -118,18 +118,8 @@ type dashboardQuery struct {
 // always registered.
 func TestDashboard(t *testing.T) {
 	t.Parallel()
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Fatalf("promtool not found (make test installs it; Debian: apt-get install prometheus): %v", err)
-	}
-	raw, err := os.ReadFile(dashboardFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var d grafanaDashboard
-	if err := json.Unmarshal(raw, &d); err != nil {
-		t.Fatalf("%s: %v", dashboardFile, err)
-	}
+	promtool := promtoolPath(t)
+	raw, d := readDashboard(t)
 	checkDashboardShape(t, raw, d)
 	queries := dashboardQueries(t, d)
 
@@ -569,18 +559,8 @@ var streamSeries = map[string]string{
 // over streamSeries.
 func TestDashboardLeavesStreamsOut(t *testing.T) {
 	t.Parallel()
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Fatalf("promtool not found (make test installs it; Debian: apt-get install prometheus): %v", err)
-	}
-	raw, err := os.ReadFile(dashboardFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var d grafanaDashboard
-	if err := json.Unmarshal(raw, &d); err != nil {
-		t.Fatalf("%s: %v", dashboardFile, err)
-	}
+	promtool := promtoolPath(t)
+	_, d := readDashboard(t)
 	type rule struct {
 		Record string `yaml:"record"`
 		Expr   string `yaml:"expr"`
@@ -649,4 +629,28 @@ func TestDashboardLeavesStreamsOut(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Errorf("a panel of calls changes when event streams end (its query differs at 55m from 25m, or answers nothing):\n%s", out)
 	}
+}
+
+// promtoolPath returns the path of promtool, which make test installs.
+func promtoolPath(t *testing.T) string {
+	t.Helper()
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Fatalf("promtool not found (make test installs it; Debian: apt-get install prometheus): %v", err)
+	}
+	return promtool
+}
+
+// readDashboard returns the dashboard's JSON, and its panels decoded.
+func readDashboard(t *testing.T) ([]byte, grafanaDashboard) {
+	t.Helper()
+	raw, err := os.ReadFile(dashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d grafanaDashboard
+	if err := json.Unmarshal(raw, &d); err != nil {
+		t.Fatalf("%s: %v", dashboardFile, err)
+	}
+	return raw, d
 }

@@ -91,10 +91,16 @@ type Hub struct {
 
 	mu sync.Mutex
 	// pos is where the hub has read to: every event up to it has been
-	// handed to the live subscribers it matches. Only Run moves it.
+	// handed to the live subscribers it matches. Run moves it; while no
+	// subscriber is live, the hub reads nothing (idle), and pos may be
+	// moved on to any horizon (Subscribe, take), as no live subscriber
+	// waits for the events it passes over.
 	pos     Position
 	subs    map[*Subscriber]struct{} // the live ones
 	stopped bool
+	// stale: Run passed over a read while no subscriber was live, so
+	// pos may be behind the log (Subscribe brings it up to now).
+	stale bool
 
 	stats struct {
 		reads, events, deliveries, cut, listens atomic.Int64
@@ -189,6 +195,12 @@ func (h *Hub) Run(ctx context.Context) error {
 		case <-retry.C:
 		case <-t.C:
 		}
+		if h.idle() {
+			// Nobody to hand events to: no query, on a replica whose
+			// clients watch nothing.
+			woken = false
+			continue
+		}
 		held, err := h.advance(ctx)
 		switch {
 		case err == nil && !held:
@@ -243,6 +255,17 @@ func (h *Hub) stop() {
 	}
 }
 
+// idle reports whether no subscriber is live, and if so marks pos stale.
+func (h *Hub) idle() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.subs) > 0 {
+		return false
+	}
+	h.stale = true
+	return true
+}
+
 // heldRetry is how soon a read woken by a notification and held back by
 // a running transaction is made again.
 const heldRetry = 50 * time.Millisecond
@@ -269,6 +292,13 @@ func (h *Hub) advance(ctx context.Context) (heldBack bool, err error) {
 		events := h.decodeAll(ctx, page.Events)
 		to := reached(from, page, h.o.PageSize)
 		h.mu.Lock()
+		if h.pos != from {
+			// Moved on while no subscriber was live (Subscribe, take):
+			// this read is behind it.
+			h.mu.Unlock()
+			continue
+		}
+		h.stale = false
 		for _, e := range events {
 			for s := range h.subs {
 				if s.offer(e) {
@@ -333,6 +363,9 @@ func (h *Hub) Subscribe(ctx context.Context, types []string, after *Position) (*
 		return nil, ctx.Err()
 	case <-h.ready:
 	}
+	if err := h.refresh(ctx); err != nil {
+		return nil, err
+	}
 	s := &Subscriber{h: h, types: slices.Clone(types), notify: make(chan struct{}, 1), q: ring{max: h.o.Buffer}}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -352,6 +385,30 @@ func (h *Hub) Subscribe(ctx context.Context, types []string, after *Position) (*
 		h.subs[s] = struct{}{}
 	}
 	return s, nil
+}
+
+// refresh brings a stale pos (the hub idle) up to the log's horizon now, so
+// that a subscriber from now starts now, and the hub does not read again
+// what was written while it was idle: one query, when the first
+// subscriber comes after a while without any.
+func (h *Hub) refresh(ctx context.Context) error {
+	h.mu.Lock()
+	stale := h.stale && len(h.subs) == 0
+	h.mu.Unlock()
+	if !stale {
+		return nil
+	}
+	hz, err := h.st.EventHorizon(ctx)
+	if err != nil {
+		return fmt.Errorf("event log horizon: %w", err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if now := (Position{Xid: hz}); len(h.subs) == 0 && h.pos.Less(now) {
+		h.pos = now
+		h.stale = false
+	}
+	return nil
 }
 
 // ParseAfter returns the position an `after` given by a client names: nil
@@ -573,6 +630,11 @@ func (s *Subscriber) take(events []*Event, to Position, full bool) (behind bool)
 	s.tail = to
 	if full || to.Less(h.pos) {
 		return true
+	}
+	if len(h.subs) == 0 {
+		// No live subscriber waits for the hub's reads up to to: it
+		// need not read them.
+		h.pos = to
 	}
 	s.live = true
 	h.subs[s] = struct{}{}

@@ -29,7 +29,9 @@
 // once for all streams. It wakes on the notification every event's
 // transaction sends at commit (LISTEN sheba_events on one connection) and
 // at least every Options.PollInterval, so an event reaches subscribers
-// within about a second even if a notification is lost. A subscriber that
+// within about a second even if a notification is lost. While no
+// subscriber is live it reads nothing, and the next subscriber brings its
+// position up to the log's horizon. A subscriber that
 // starts behind the hub catches up from the database by itself, then joins
 // the live feed (Subscriber.Next says how without gap or repeat). A
 // subscriber that does not read is cut when Options.Buffer events wait for

@@ -49,6 +49,16 @@ func (c *scriptedEvents) StreamEvents(req *shebav1.StreamEventsRequest, s grpc.S
 	c.mu.Lock()
 	c.after = append(c.after, req.GetAfterEventId())
 	c.mu.Unlock()
+	// However it returns, a stream whose client went away is reported
+	// (waitEnded): a Send may be where it sees it.
+	defer func() {
+		if s.Context().Err() != nil {
+			select {
+			case c.ended <- req.GetAfterEventId():
+			default:
+			}
+		}
+	}()
 	heartbeat := func(cursor string) error {
 		return s.Send(&shebav1.StreamEventsResponse{Message: &shebav1.StreamEventsResponse_Heartbeat{Heartbeat: &shebav1.Heartbeat{Cursor: cursor}}})
 	}
@@ -58,13 +68,11 @@ func (c *scriptedEvents) StreamEvents(req *shebav1.StreamEventsRequest, s grpc.S
 	case "ticking":
 		for i := 0; ; i++ {
 			if err := heartbeat("t"); err != nil {
-				c.ended <- req.GetAfterEventId()
 				return err
 			}
 			select {
 			case <-time.After(c.tick):
 			case <-s.Context().Done():
-				c.ended <- req.GetAfterEventId()
 				return s.Context().Err()
 			}
 		}
@@ -81,7 +89,6 @@ func (c *scriptedEvents) StreamEvents(req *shebav1.StreamEventsRequest, s grpc.S
 		return reason.Error(codes.Unavailable, reason.ForCode(codes.Unavailable), "the stream ends")
 	}
 	<-s.Context().Done()
-	c.ended <- req.GetAfterEventId()
 	return s.Context().Err()
 }
 

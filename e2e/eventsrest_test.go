@@ -32,15 +32,15 @@ import (
 //   - anything else: a heartbeat (cursor "c0") and an event ("ev1"), then
 //     nothing until the client goes away.
 //
-// It records each after_event_id it is given and, on ended, the stream
-// whose context was canceled.
+// It records each after_event_id it is given, and the streams whose
+// context ended (hasEnded).
 type scriptedEvents struct {
 	shebav1.UnimplementedEventServiceServer
 	tick time.Duration
 
 	mu    sync.Mutex
 	after []string
-	ended chan string
+	ended map[string]bool
 }
 
 var scriptedData, _ = structpb.NewStruct(map[string]any{"id": "a1", "username": "ada"})
@@ -49,16 +49,17 @@ func (c *scriptedEvents) StreamEvents(req *shebav1.StreamEventsRequest, s grpc.S
 	c.mu.Lock()
 	c.after = append(c.after, req.GetAfterEventId())
 	c.mu.Unlock()
-	// However it returns, a stream whose client went away is reported
-	// (waitEnded): a Send may be where it sees it.
-	defer func() {
-		if s.Context().Err() != nil {
-			select {
-			case c.ended <- req.GetAfterEventId():
-			default:
-			}
+	// When the handler's context ends, whenever the handler returns: a
+	// Send may see the client gone before the context (the chain's
+	// stream side ends it just after the call's).
+	context.AfterFunc(s.Context(), func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.ended == nil {
+			c.ended = map[string]bool{}
 		}
-	}()
+		c.ended[req.GetAfterEventId()] = true
+	})
 	heartbeat := func(cursor string) error {
 		return s.Send(&shebav1.StreamEventsResponse{Message: &shebav1.StreamEventsResponse_Heartbeat{Heartbeat: &shebav1.Heartbeat{Cursor: cursor}}})
 	}
@@ -90,6 +91,14 @@ func (c *scriptedEvents) StreamEvents(req *shebav1.StreamEventsRequest, s grpc.S
 	}
 	<-s.Context().Done()
 	return s.Context().Err()
+}
+
+// hasEnded reports whether the context of the stream opened after after
+// has ended.
+func (c *scriptedEvents) hasEnded(after string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ended[after]
 }
 
 func (c *scriptedEvents) lastAfter() string {
@@ -190,7 +199,7 @@ func (r sseReader) next() (sseEvent, error) {
 // Server-Sent Events, with a test double of the handler.
 func TestStreamEventsREST(t *testing.T) {
 	t.Parallel()
-	events := &scriptedEvents{tick: 100 * time.Millisecond, ended: make(chan string, 16)}
+	events := &scriptedEvents{tick: 100 * time.Millisecond}
 	e := newTestEnvWith(t, nil, []app.Option{app.WithEventServer(events)}, func(c *config.Config) {
 		c.HTTP.WriteTimeout = time.Second
 		// Every answer large enough to be compressed: a stream never is.
@@ -310,7 +319,7 @@ func TestStreamEventsREST(t *testing.T) {
 			t.Fatal(err)
 		}
 		cancel()
-		waitEnded(t, events.ended, "goes-away")
+		waitEnded(t, events, "goes-away")
 	})
 
 	t.Run("write timeout bounds each write, not the stream", func(t *testing.T) {
@@ -324,25 +333,15 @@ func TestStreamEventsREST(t *testing.T) {
 			}
 		}
 		resp.Body.Close()
-		waitEnded(t, events.ended, "ticking")
+		waitEnded(t, events, "ticking")
 	})
 }
 
 // waitEnded waits for the handler of the stream opened after after to see
 // its context canceled.
-func waitEnded(t *testing.T, ended chan string, after string) {
+func waitEnded(t *testing.T, events *scriptedEvents, after string) {
 	t.Helper()
-	timeout := time.After(10 * time.Second)
-	for {
-		select {
-		case got := <-ended:
-			if got == after {
-				return
-			}
-		case <-timeout:
-			t.Fatalf("the handler of stream %q still runs after its client went away", after)
-		}
-	}
+	waitFor(t, 10*time.Second, "the handler of stream "+after+" to see its client gone", func() bool { return events.hasEnded(after) })
 }
 
 // wantJSON checks that got is the JSON document want.

@@ -24,7 +24,43 @@ type Config struct {
 	Hook        Hook        `yaml:"hook"`
 	TLS         TLS         `yaml:"tls"`
 	Operator    Operator    `yaml:"operator"`
+	Events      Events      `yaml:"events"`
 }
+
+// Events configures the event streams of EventService.StreamEvents.
+type Events struct {
+	// Heartbeat is how often an idle stream gets a heartbeat: from 1s to
+	// 60s.
+	Heartbeat time.Duration `yaml:"heartbeat"`
+	// MaxStreamsPerKey bounds the streams one API key has open on one
+	// replica.
+	MaxStreamsPerKey int `yaml:"max_streams_per_key"`
+	// MaxStreams bounds the streams open on one replica.
+	MaxStreams int `yaml:"max_streams"`
+	// MaxDuration is how long a stream lasts before it ends, resumable;
+	// below GRPCMaxConnectionAge less its jitter (MaxEventsDuration), so a
+	// stream ends itself before its connection is closed.
+	MaxDuration time.Duration `yaml:"max_duration"`
+	// Buffer is the events held for a stream whose client is slow; once
+	// it is full the stream is cut.
+	Buffer int `yaml:"buffer"`
+	// Retention is how far back a stream can resume.
+	Retention time.Duration `yaml:"retention"`
+}
+
+// GRPCMaxConnectionAge is the age after which the gRPC server closes a
+// connection gracefully; grpc-go adds ±10% jitter to it.
+const GRPCMaxConnectionAge = 30 * time.Minute
+
+// MaxEventsDuration is the bound events.max_duration stays below: the
+// shortest age at which a gRPC connection may be closed, 90% of
+// GRPCMaxConnectionAge.
+const MaxEventsDuration = GRPCMaxConnectionAge * 9 / 10
+
+// MaxEventsBuffer bounds events.buffer: a stream's buffer holds a pointer
+// per event (the events are encoded once for every stream), so even a full
+// one stays far within the 64 KiB a stream may take.
+const MaxEventsBuffer = 4096
 
 // TLS configures TLS on both business listeners (docs/tls.md). The files
 // are re-read when they change.
@@ -392,6 +428,14 @@ func Default() Config {
 			FailureMode:  HookFailClosed,
 			SendBody:     true,
 			CacheEntries: 10000,
+		},
+		Events: Events{
+			Heartbeat:        15 * time.Second,
+			MaxStreamsPerKey: 10,
+			MaxStreams:       1000,
+			MaxDuration:      25 * time.Minute,
+			Buffer:           256,
+			Retention:        7 * 24 * time.Hour,
 		},
 	}
 }

@@ -58,6 +58,14 @@ func TestDefault(t *testing.T) {
 		t.Errorf("redis defaults: timeout %v, fallback_share %v; want 20ms, 0.5", r.Timeout, r.FallbackShare)
 	}
 
+	// The events section of the contract.
+	if diff := cmp.Diff(Events{
+		Heartbeat: 15 * time.Second, MaxStreamsPerKey: 10, MaxStreams: 1000,
+		MaxDuration: 25 * time.Minute, Buffer: 256, Retention: 168 * time.Hour,
+	}, got.Events); diff != "" {
+		t.Errorf("events defaults (-want +got):\n%s", diff)
+	}
+
 	// The bound of a gRPC message is 64 KiB: sheba's valid requests are a
 	// few KiB.
 	if got := Default().GRPC.MaxRecvBytes; got != 64<<10 {
@@ -208,6 +216,22 @@ func TestSampleFiles(t *testing.T) {
 		}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("keys in example.yaml mismatch (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("docs/configuration.md has a row of every key", func(t *testing.T) {
+		data, err := os.ReadFile("../docs/configuration.md")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range allKeys() {
+			row := "| `" + k.key + "` | `" + k.env + "` |"
+			if k.key == "database.url" {
+				row = "| `database.url` | `DATABASE_URL` or `SHEBA_DATABASE_URL` |"
+			}
+			if !strings.Contains(string(data), row) {
+				t.Errorf("docs/configuration.md: no row starting %s", row)
+			}
 		}
 	})
 }

@@ -101,6 +101,12 @@ func TestEnvNames(t *testing.T) {
 		"SHEBA_TLS_KEY_FILE",
 		"SHEBA_TLS_CLIENT_CA_FILE",
 		"SHEBA_OPERATOR_ADDR",
+		"SHEBA_EVENTS_HEARTBEAT",
+		"SHEBA_EVENTS_MAX_STREAMS_PER_KEY",
+		"SHEBA_EVENTS_MAX_STREAMS",
+		"SHEBA_EVENTS_MAX_DURATION",
+		"SHEBA_EVENTS_BUFFER",
+		"SHEBA_EVENTS_RETENTION",
 	}
 	var got []string
 	_, _ = Load("", func(name string) (string, bool) {
@@ -159,6 +165,7 @@ webhooks: { timeout: 3s, max_attempts: 5, backoff: { base: 100ms, max: 1m }, per
 redis: { url: "redis://cache:6379/2", timeout: 8ms, fallback_share: 0.25 }
 tls: { cert_file: /tls/tls.crt, key_file: /tls/tls.key, client_ca_file: /tls/ca.crt }
 operator: { addr: ":8081" }
+events: { heartbeat: 2s, max_streams_per_key: 3, max_streams: 30, max_duration: 5m, buffer: 16, retention: 48h }
 hook: { url: "unix:///run/hook.sock", protocol: http, methods: ["/sheba.v1.AccountService/Login"], timeout: 50ms, failure_mode: open, send_body: false, headers: ["user-agent"], cache_entries: 5 }
 `,
 			want: func(c *Config) {
@@ -200,6 +207,10 @@ hook: { url: "unix:///run/hook.sock", protocol: http, methods: ["/sheba.v1.Accou
 					},
 					TLS:      TLS{CertFile: "/tls/tls.crt", KeyFile: "/tls/tls.key", ClientCAFile: "/tls/ca.crt"},
 					Operator: Operator{Addr: ":8081"},
+					Events: Events{
+						Heartbeat: 2 * time.Second, MaxStreamsPerKey: 3, MaxStreams: 30,
+						MaxDuration: 5 * time.Minute, Buffer: 16, Retention: 48 * time.Hour,
+					},
 				}
 			},
 		},
@@ -306,6 +317,20 @@ log: { level: warn }
 			},
 		},
 		{
+			name: "events",
+			env: map[string]string{
+				"SHEBA_EVENTS_HEARTBEAT":           "5s",
+				"SHEBA_EVENTS_MAX_STREAMS_PER_KEY": "3",
+				"SHEBA_EVENTS_MAX_STREAMS":         "40",
+				"SHEBA_EVENTS_MAX_DURATION":        "10m",
+				"SHEBA_EVENTS_BUFFER":              "64",
+				"SHEBA_EVENTS_RETENTION":           "24h",
+			},
+			want: func(c *Config) {
+				c.Events = Events{Heartbeat: 5 * time.Second, MaxStreamsPerKey: 3, MaxStreams: 40, MaxDuration: 10 * time.Minute, Buffer: 64, Retention: 24 * time.Hour}
+			},
+		},
+		{
 			name: "origins of a nested section",
 			env:  map[string]string{"SHEBA_HTTP_CORS_ALLOWED_ORIGINS": `["http://localhost:3000"]`},
 			want: func(c *Config) { c.HTTP.CORS.AllowedOrigins = []string{"http://localhost:3000"} },
@@ -398,6 +423,13 @@ func TestLoadErrors(t *testing.T) {
 			wantMsg: "is not valid YAML",
 		},
 		{
+			name:    "events.max_duration from the environment at the connection age",
+			env:     map[string]string{"DATABASE_URL": testURL, "SHEBA_EVENTS_MAX_DURATION": "30m"},
+			wantKey: "events.max_duration",
+			wantEnv: "SHEBA_EVENTS_MAX_DURATION",
+			wantMsg: "events.max_duration (SHEBA_EVENTS_MAX_DURATION): must be greater than 0 and below 27m0s",
+		},
+		{
 			name:    "two documents",
 			file:    "http: {}\n---\ngrpc: {}\n",
 			wantMsg: "exactly one YAML document",
@@ -411,7 +443,7 @@ func TestLoadErrors(t *testing.T) {
 			name:    "unknown section",
 			file:    "htttp: { addr: \":80\" }\n",
 			wantKey: "htttp",
-			wantMsg: "htttp: unknown key (want one of http, grpc, database, limits, auth, compression, shutdown, log, idempotency, paging, webhooks, redis, hook, tls, operator)",
+			wantMsg: "htttp: unknown key (want one of http, grpc, database, limits, auth, compression, shutdown, log, idempotency, paging, webhooks, redis, hook, tls, operator, events)",
 		},
 		{
 			name:    "unknown key",

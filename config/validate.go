@@ -22,7 +22,7 @@ import (
 
 // Validate reports the first problem with c, checking keys in the order of
 // the YAML (http, grpc, database, limits, auth, compression, shutdown, log,
-// idempotency, paging, webhooks, redis), so the same config always yields the
+// idempotency, paging, webhooks, redis, hook, tls, operator, events), so the same config always yields the
 // same error. The error is an *Error whose Env is empty; Load fills it in when
 // the value came from the environment. Validate parses database.url and
 // redis.url but connects nowhere.
@@ -200,6 +200,35 @@ func (c Config) check() *Error {
 			}
 			return nil
 		},
+		func() *Error {
+			if d := c.Events.Heartbeat; d < time.Second || d > time.Minute {
+				return bad("events.heartbeat", "must be from 1s to 1m0s, got %v", d)
+			}
+			return nil
+		},
+		func() *Error { return atLeast("events.max_streams_per_key", c.Events.MaxStreamsPerKey, 1) },
+		func() *Error { return atLeast("events.max_streams", c.Events.MaxStreams, 1) },
+		func() *Error {
+			if c.Events.MaxStreamsPerKey > c.Events.MaxStreams {
+				return bad("events.max_streams_per_key", "must be at most events.max_streams (%d), got %d",
+					c.Events.MaxStreams, c.Events.MaxStreamsPerKey)
+			}
+			return nil
+		},
+		func() *Error {
+			if d := c.Events.MaxDuration; d <= 0 || d >= MaxEventsDuration {
+				return bad("events.max_duration", "must be greater than 0 and below %v (the gRPC connection age, %v, less its 10%% jitter: a stream must end itself before its connection is closed), got %v",
+					MaxEventsDuration, GRPCMaxConnectionAge, d)
+			}
+			return nil
+		},
+		func() *Error {
+			if n := c.Events.Buffer; n < 1 || n > MaxEventsBuffer {
+				return bad("events.buffer", "must be from 1 to %d, got %d", MaxEventsBuffer, n)
+			}
+			return nil
+		},
+		func() *Error { return positive("events.retention", c.Events.Retention) },
 	}
 	for _, check := range checks {
 		if e := check(); e != nil {

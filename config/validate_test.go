@@ -53,6 +53,12 @@ func TestValidate(t *testing.T) {
 			c.TLS = TLS{CertFile: "/tls/tls.crt", KeyFile: "/tls/tls.key", ClientCAFile: "/tls/ca.crt"}
 		}},
 		{name: "operator port", change: func(c *Config) { c.Operator.Addr = ":8081" }},
+		{name: "events at their bounds", change: func(c *Config) {
+			c.Events = Events{Heartbeat: time.Second, MaxStreamsPerKey: 1, MaxStreams: 1, MaxDuration: 27*time.Minute - 1, Buffer: 1, Retention: time.Nanosecond}
+		}},
+		{name: "events at their other bounds", change: func(c *Config) {
+			c.Events.Heartbeat, c.Events.MaxStreamsPerKey, c.Events.Buffer = time.Minute, c.Events.MaxStreams, 4096
+		}},
 		{name: "hook cache off", change: func(c *Config) { c.Hook.CacheEntries = 0 }},
 		{name: "gRPC messages of 64 MiB", change: func(c *Config) { c.GRPC.MaxRecvBytes = 64 << 20 }},
 		{name: "gRPC messages larger than REST bodies", change: func(c *Config) { c.HTTP.MaxBodyBytes, c.GRPC.MaxRecvBytes = 1024, 4096 }},
@@ -737,6 +743,63 @@ func TestValidate(t *testing.T) {
 			change:  func(c *Config) { c.Operator.Addr = ":8080" },
 			wantKey: "operator.addr",
 			wantMsg: "operator.addr: must differ from http.addr (:8080)",
+		},
+		{
+			name:    "events.heartbeat below 1s",
+			change:  func(c *Config) { c.Events.Heartbeat = 999 * time.Millisecond },
+			wantKey: "events.heartbeat",
+			wantMsg: "events.heartbeat: must be from 1s to 1m0s, got 999ms",
+		},
+		{
+			name:    "events.heartbeat above 60s",
+			change:  func(c *Config) { c.Events.Heartbeat = time.Minute + time.Second },
+			wantKey: "events.heartbeat",
+			wantMsg: "must be from 1s to 1m0s, got 1m1s",
+		},
+		{
+			name:    "events.max_streams_per_key 0",
+			change:  func(c *Config) { c.Events.MaxStreamsPerKey = 0 },
+			wantKey: "events.max_streams_per_key",
+			wantMsg: "must be at least 1, got 0",
+		},
+		{
+			name:    "events.max_streams 0",
+			change:  func(c *Config) { c.Events.MaxStreams, c.Events.MaxStreamsPerKey = 0, 0 },
+			wantKey: "events.max_streams_per_key",
+		},
+		{
+			name:    "events.max_streams below its per-key bound",
+			change:  func(c *Config) { c.Events.MaxStreams = 5 },
+			wantKey: "events.max_streams_per_key",
+			wantMsg: "events.max_streams_per_key: must be at most events.max_streams (5), got 10",
+		},
+		{
+			name:    "events.max_duration at the connection age less its jitter",
+			change:  func(c *Config) { c.Events.MaxDuration = 27 * time.Minute },
+			wantKey: "events.max_duration",
+			wantMsg: "must be greater than 0 and below 27m0s (the gRPC connection age, 30m0s, less its 10% jitter",
+		},
+		{
+			name:    "events.max_duration 0",
+			change:  func(c *Config) { c.Events.MaxDuration = 0 },
+			wantKey: "events.max_duration",
+		},
+		{
+			name:    "events.buffer 0",
+			change:  func(c *Config) { c.Events.Buffer = 0 },
+			wantKey: "events.buffer",
+			wantMsg: "must be from 1 to 4096, got 0",
+		},
+		{
+			name:    "events.buffer too large",
+			change:  func(c *Config) { c.Events.Buffer = 4097 },
+			wantKey: "events.buffer",
+		},
+		{
+			name:    "events.retention 0",
+			change:  func(c *Config) { c.Events.Retention = 0 },
+			wantKey: "events.retention",
+			wantMsg: "must be greater than 0, got 0s",
 		},
 
 		// Several problems: the first in YAML order wins.

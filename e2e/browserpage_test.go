@@ -142,13 +142,7 @@ func loadPage(t *testing.T, chromium, page, server, key, protocol string) shown 
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	addr := page + "/?" + url.Values{"server": {server}, "key": {key}, "protocol": {protocol}}.Encode()
-	cmd := exec.CommandContext(ctx, chromium,
-		"--headless", "--disable-gpu", "--no-first-run", "--no-default-browser-check",
-		// Root (CI) cannot use Chromium's sandbox; the page is our own.
-		"--no-sandbox",
-		"--user-data-dir="+t.TempDir(),
-		"--virtual-time-budget=5000",
-		"--dump-dom", addr)
+	cmd := exec.CommandContext(ctx, chromium, chromiumArgs(t, addr)...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -187,6 +181,17 @@ func loadPage(t *testing.T, chromium, page, server, key, protocol string) shown 
 		t.Logf("chromium's log:\n%s", stderr.String())
 	}
 	return got
+}
+
+// chromiumArgs are the arguments of a headless Chromium that loads addr
+// and dumps its DOM after 5 s of virtual time.
+func chromiumArgs(t *testing.T, addr string) []string {
+	return []string{"--headless", "--disable-gpu", "--no-first-run", "--no-default-browser-check",
+		// Root (CI) cannot use Chromium's sandbox; the page is our own.
+		"--no-sandbox",
+		"--user-data-dir=" + t.TempDir(),
+		"--virtual-time-budget=5000",
+		"--dump-dom", addr}
 }
 
 // The dumped page's elements, by id, and their attributes and text.

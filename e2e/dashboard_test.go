@@ -43,6 +43,9 @@ var dashboardMetrics = []string{
 	"sheba_webhook_attempts_total",
 	"sheba_hook_requests_total",
 	"sheba_hook_duration_seconds_bucket",
+	"sheba_streams_open",
+	"sheba_stream_events_total",
+	"sheba_streams_ended_total",
 }
 
 // targetLabels are the labels Prometheus adds to every scraped series: a
@@ -115,18 +118,8 @@ type dashboardQuery struct {
 // always registered.
 func TestDashboard(t *testing.T) {
 	t.Parallel()
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Fatalf("promtool not found (make test installs it; Debian: apt-get install prometheus): %v", err)
-	}
-	raw, err := os.ReadFile(dashboardFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var d grafanaDashboard
-	if err := json.Unmarshal(raw, &d); err != nil {
-		t.Fatalf("%s: %v", dashboardFile, err)
-	}
+	promtool := promtoolPath(t)
+	raw, d := readDashboard(t)
 	checkDashboardShape(t, raw, d)
 	queries := dashboardQueries(t, d)
 
@@ -529,4 +522,135 @@ func queryProblems(q dashboardQuery, refs promqlRefs, live map[string]map[string
 		}
 	}
 	return problems
+}
+
+// streamSeries are the input of TestDashboardLeavesStreamsOut, in
+// promtool's notation, one sample a minute: GetAccount answers 1000 calls a
+// minute throughout, 1 Internal, 1 slower than 500 ms; from minute 30 on,
+// 100 StreamEvents streams a minute also end, UNAVAILABLE (after
+// events.max_duration, or at shutdown), each open for minutes. sheba counts
+// a stream so: once at its end, in sheba_requests_total and grpc_server_*
+// with grpc_type "server_stream" (shown at 0 for every method from the
+// start, in truth; absent here before minute 30, so that the streams
+// arrive).
+var streamSeries = map[string]string{
+	`sheba_requests_total{job="sheba",instance="a",method="/sheba.v1.AccountService/GetAccount",code="OK",api_key_id="k"}`:                                              "0+999x60",
+	`sheba_requests_total{job="sheba",instance="a",method="/sheba.v1.AccountService/GetAccount",code="Internal",api_key_id="k"}`:                                        "0+1x60",
+	`grpc_server_started_total{job="sheba",instance="a",grpc_type="unary",grpc_service="sheba.v1.AccountService",grpc_method="GetAccount"}`:                             "0+1000x60",
+	`grpc_server_handling_seconds_bucket{job="sheba",instance="a",grpc_type="unary",grpc_service="sheba.v1.AccountService",grpc_method="GetAccount",le="0.1"}`:          "0+500x60",
+	`grpc_server_handling_seconds_bucket{job="sheba",instance="a",grpc_type="unary",grpc_service="sheba.v1.AccountService",grpc_method="GetAccount",le="0.5"}`:          "0+999x60",
+	`grpc_server_handling_seconds_bucket{job="sheba",instance="a",grpc_type="unary",grpc_service="sheba.v1.AccountService",grpc_method="GetAccount",le="+Inf"}`:         "0+1000x60",
+	`grpc_server_handling_seconds_count{job="sheba",instance="a",grpc_type="unary",grpc_service="sheba.v1.AccountService",grpc_method="GetAccount"}`:                    "0+1000x60",
+	`sheba_requests_total{job="sheba",instance="a",method="/sheba.v1.EventService/StreamEvents",code="Unavailable",api_key_id="k"}`:                                     "_x30 0+100x30",
+	`grpc_server_started_total{job="sheba",instance="a",grpc_type="server_stream",grpc_service="sheba.v1.EventService",grpc_method="StreamEvents"}`:                     "_x30 0+100x30",
+	`grpc_server_handling_seconds_bucket{job="sheba",instance="a",grpc_type="server_stream",grpc_service="sheba.v1.EventService",grpc_method="StreamEvents",le="0.1"}`:  "_x30 0x30",
+	`grpc_server_handling_seconds_bucket{job="sheba",instance="a",grpc_type="server_stream",grpc_service="sheba.v1.EventService",grpc_method="StreamEvents",le="0.5"}`:  "_x30 0x30",
+	`grpc_server_handling_seconds_bucket{job="sheba",instance="a",grpc_type="server_stream",grpc_service="sheba.v1.EventService",grpc_method="StreamEvents",le="+Inf"}`: "_x30 0+100x30",
+	`grpc_server_handling_seconds_count{job="sheba",instance="a",grpc_type="server_stream",grpc_service="sheba.v1.EventService",grpc_method="StreamEvents"}`:            "_x30 0+100x30",
+}
+
+// TestDashboardLeavesStreamsOut checks that the dashboard's panels of
+// calls (every query reading sheba_requests_total or
+// grpc_server_handling_seconds) leave event streams out, as the SLO rules
+// do (docs/alerts.md, streams are not calls): with streams ending
+// UNAVAILABLE after minutes of being open, each such query answers at
+// minute 55 exactly what it answered at minute 25, before any stream, and
+// not nothing. promtool evaluates the queries (written as recording rules)
+// over streamSeries.
+func TestDashboardLeavesStreamsOut(t *testing.T) {
+	t.Parallel()
+	promtool := promtoolPath(t)
+	_, d := readDashboard(t)
+	type rule struct {
+		Record string `yaml:"record"`
+		Expr   string `yaml:"expr"`
+	}
+	type exprTest struct {
+		Expr       string `yaml:"expr"`
+		EvalTime   string `yaml:"eval_time"`
+		ExpSamples []any  `yaml:"exp_samples"`
+	}
+	var rules []rule
+	var tests []exprTest
+	for _, q := range dashboardQueries(t, d) {
+		if strings.HasPrefix(q.record, "variable_") {
+			continue
+		}
+		refs, err := readPromQL(q.expr)
+		if err != nil {
+			t.Fatalf("%s: %v", q.where, err)
+		}
+		calls := false
+		for _, s := range refs.selectors {
+			calls = calls || s.metric == "sheba_requests_total" || strings.HasPrefix(s.metric, "grpc_server_handling_seconds")
+		}
+		if !calls {
+			continue
+		}
+		rules = append(rules, rule{q.record, q.expr})
+		// Empty when the query answers at 55m the same series with the
+		// same values as at 25m, and answered something then.
+		r := q.record
+		tests = append(tests, exprTest{
+			Expr:       fmt.Sprintf("(%[1]s != bool %[1]s offset 30m) == 1 or (%[1]s unless %[1]s offset 30m) or absent(%[1]s offset 30m)", r),
+			EvalTime:   "55m",
+			ExpSamples: []any{},
+		})
+	}
+	if len(rules) < 6 {
+		t.Fatalf("%d panel queries read sheba_requests_total or grpc_server_handling_seconds, want the 6 panels of calls at least", len(rules))
+	}
+	var input []map[string]string
+	for s, v := range streamSeries {
+		input = append(input, map[string]string{"series": s, "values": v})
+	}
+	dir := t.TempDir()
+	write := func(name string, v any) {
+		b, err := yaml.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("panels.rules.yaml", map[string]any{"groups": []map[string]any{{"name": "panels", "rules": rules}}})
+	write("panels_test.yaml", map[string]any{
+		"rule_files":          []string{"panels.rules.yaml"},
+		"evaluation_interval": "1m",
+		"tests": []map[string]any{{
+			"interval":         "1m",
+			"input_series":     input,
+			"promql_expr_test": tests,
+		}},
+	})
+	cmd := exec.Command(promtool, "test", "rules", "panels_test.yaml")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("a panel of calls changes when event streams end (its query differs at 55m from 25m, or answers nothing):\n%s", out)
+	}
+}
+
+// promtoolPath returns the path of promtool, which make test installs.
+func promtoolPath(t *testing.T) string {
+	t.Helper()
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Fatalf("promtool not found (make test installs it; Debian: apt-get install prometheus): %v", err)
+	}
+	return promtool
+}
+
+// readDashboard returns the dashboard's JSON, and its panels decoded.
+func readDashboard(t *testing.T) ([]byte, grafanaDashboard) {
+	t.Helper()
+	raw, err := os.ReadFile(dashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d grafanaDashboard
+	if err := json.Unmarshal(raw, &d); err != nil {
+		t.Fatalf("%s: %v", dashboardFile, err)
+	}
+	return raw, d
 }

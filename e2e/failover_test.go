@@ -49,8 +49,7 @@ type failoverLoad struct {
 }
 
 // startFailoverLoad starts sheba on a new cluster with synchronous
-// replication, a webhook endpoint for the events (CheckDatabase counts
-// them; an event no endpoint receives is not kept), and the load.
+// replication, a webhook endpoint for the events, and the load.
 func startFailoverLoad(t *testing.T) (*pgcluster.Cluster, *testEnv, *webhookstest.Receiver, *failoverLoad) {
 	t.Helper()
 	c := pgcluster.Start(t, pgcluster.Sync())

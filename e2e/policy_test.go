@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"io"
 	"sync"
 	"testing"
 	"time"
@@ -41,6 +42,7 @@ var policySamples = map[string]proto.Message{
 	shebav1.WebhookService_DeleteWebhookEndpoint_FullMethodName: &shebav1.DeleteWebhookEndpointRequest{EndpointId: unknownID},
 	shebav1.WebhookService_ListWebhookDeliveries_FullMethodName: &shebav1.ListWebhookDeliveriesRequest{EndpointId: unknownID},
 	shebav1.WebhookService_RotateWebhookSecret_FullMethodName:   &shebav1.RotateWebhookSecretRequest{EndpointId: unknownID},
+	shebav1.EventService_StreamEvents_FullMethodName:            &shebav1.StreamEventsRequest{EventTypes: []string{"account.created"}},
 }
 
 // stubHandlers answers every call, after the whole chain, with an empty
@@ -58,6 +60,31 @@ func (s *stubHandlers) option(t *testing.T) app.Option {
 		s.mu.Unlock()
 		return newResponse(t, info.FullMethod), nil
 	})
+}
+
+// invokeAny calls m on conn with in and testKey: a unary call, or a
+// server-streaming one read to its end (nil when it ends OK).
+func invokeAny(ctx context.Context, t *testing.T, conn *grpc.ClientConn, m shebav1.MethodTable, in proto.Message, opts ...grpc.CallOption) error {
+	if !m.ServerStreams {
+		return conn.Invoke(ctx, m.FullName, in, newResponse(t, m.FullName), opts...)
+	}
+	s, err := conn.NewStream(metadata.AppendToOutgoingContext(ctx, "x-api-key", testKey), &grpc.StreamDesc{ServerStreams: true}, m.FullName, opts...)
+	if err != nil {
+		return err
+	}
+	if err := s.SendMsg(in); err != nil {
+		return err
+	}
+	if err := s.CloseSend(); err != nil {
+		return err
+	}
+	for {
+		if err := s.RecvMsg(newResponse(t, m.FullName)); err == io.EOF {
+			return nil
+		} else if err != nil {
+			return err
+		}
+	}
 }
 
 func (s *stubHandlers) count(method string) int {
@@ -126,13 +153,12 @@ func TestMethodPolicies(t *testing.T) {
 			case !m.Policy.Public && status.Code(err) != codes.Unauthenticated:
 				t.Errorf("%s needs a key: without one got %v, want Unauthenticated", m.FullName, err)
 			}
-
 			before := stub.count(m.FullName)
 			ctx := metadata.AppendToOutgoingContext(t.Context(), idempotency.MetadataKey, "policy-"+m.Name)
 			var replayed []string
 			for range 2 {
 				var header metadata.MD
-				if err := e.conn.Invoke(ctx, m.FullName, in, newResponse(t, m.FullName), grpc.Header(&header)); err != nil {
+				if err := invokeAny(ctx, t, e.conn, m, in, grpc.Header(&header)); err != nil {
 					t.Fatalf("%s with a key: %v", m.FullName, err)
 				}
 				replayed = append(replayed, header.Get(idempotency.ReplayedKey)...)
@@ -163,7 +189,7 @@ func TestMethodPolicies(t *testing.T) {
 		})
 		for _, m := range tableMethods(t) {
 			var header metadata.MD
-			err := e.conn.Invoke(t.Context(), m.FullName, policySamples[m.FullName], newResponse(t, m.FullName), grpc.Header(&header))
+			err := invokeAny(t.Context(), t, e.conn, m, policySamples[m.FullName], grpc.Header(&header))
 			if m.Policy.Database {
 				wantGRPCDetails(t, m.FullName, err, header, codes.Unavailable, reason.DatabaseUnavailable)
 				continue

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 )
@@ -17,6 +18,12 @@ import (
 // (BenchmarkGRPCPing). The registrar must therefore have no unary
 // interceptor of its own for these services.
 //
+// Server-streaming methods are registered as the service's description
+// has them (grpc-go's generated handlers): the chain is a unary
+// interceptor, which does not run for them; a grpc.Server runs its stream
+// interceptors around them, and the gateway's Channel serves them in
+// process after its opening has passed the chain (Channel.NewStream).
+//
 // A grpc.Server it registers on takes Codec (grpc.ForceServerCodecV2), so
 // that a request refused before it is unmarshalled (a message over
 // grpc.max_recv_bytes, a repeated field over its bound) reaches the chain,
@@ -25,9 +32,11 @@ import (
 func (s *Services) RegisterChained(r grpc.ServiceRegistrar, chain grpc.UnaryServerInterceptor) {
 	for _, svc := range s.list {
 		desc := *svc.table.Desc
-		desc.Methods = make([]grpc.MethodDesc, len(svc.table.Methods))
-		for i, m := range svc.table.Methods {
-			desc.Methods[i] = chained(m, svc.impl, chain)
+		desc.Methods = make([]grpc.MethodDesc, 0, len(svc.table.Methods))
+		for _, m := range svc.table.Methods {
+			if !m.ServerStreams {
+				desc.Methods = append(desc.Methods, chained(m, svc.impl, chain))
+			}
 		}
 		r.RegisterService(&desc, svc.impl)
 	}
@@ -55,4 +64,16 @@ func chained(m shebav1.MethodTable, impl any, chain grpc.UnaryServerInterceptor)
 			return chain(ctx, in.request(), info, handler)
 		},
 	}
+}
+
+// RecvRequest reads the request of a server-streaming method from ss, a
+// new message of newRequest, as RegisterChained's handlers read a unary
+// call's: a message Codec refuses unread comes back as its refusal, which
+// the chain's bounds link answers (CheckRequest), in place of the message.
+func RecvRequest(ss grpc.ServerStream, newRequest func() proto.Message) (any, error) {
+	in := &request{msg: newRequest()}
+	if err := ss.RecvMsg(in); err != nil {
+		return nil, err
+	}
+	return in.request(), nil
 }

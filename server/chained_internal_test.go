@@ -14,19 +14,46 @@ import (
 )
 
 // TestTableMatchesDescriptions: the method table names every method of
-// every service's description, in its order, and a method's NewRequest
-// makes the message its generated handler decodes into, so RegisterChained
-// serves every method as grpc-go's handler would.
+// every service's description, unary and streaming, in its order, and a
+// unary method's NewRequest makes the message its generated handler decodes
+// into, so RegisterChained serves every method as grpc-go's handler would;
+// a streaming method of the table is one of the description's server
+// streams, with Stream and no Call.
 func TestTableMatchesDescriptions(t *testing.T) {
 	stop := errors.New("decoded")
 	for _, svc := range shebav1.Services {
-		if svc.Name != svc.Desc.ServiceName || len(svc.Methods) != len(svc.Desc.Methods) {
-			t.Errorf("%s: table of %d methods, description %s of %d", svc.Name, len(svc.Methods), svc.Desc.ServiceName, len(svc.Desc.Methods))
+		var unary []shebav1.MethodTable
+		var streams []string
+		for _, m := range svc.Methods {
+			if m.ServerStreams {
+				streams = append(streams, m.Name)
+				if m.Stream == nil || m.Call != nil {
+					t.Errorf("%s streams: want Stream and no Call", m.FullName)
+				}
+				continue
+			}
+			if m.Call == nil || m.Stream != nil {
+				t.Errorf("%s is unary: want Call and no Stream", m.FullName)
+			}
+			unary = append(unary, m)
+		}
+		var descStreams []string
+		for _, sd := range svc.Desc.Streams {
+			if !sd.ServerStreams || sd.ClientStreams {
+				t.Errorf("%s/%s: a stream the table cannot have", svc.Name, sd.StreamName)
+			}
+			descStreams = append(descStreams, sd.StreamName)
+		}
+		if !slices.Equal(streams, descStreams) {
+			t.Errorf("%s: the table's streams %q, the description's %q", svc.Name, streams, descStreams)
+		}
+		if svc.Name != svc.Desc.ServiceName || len(unary) != len(svc.Desc.Methods) {
+			t.Errorf("%s: table of %d unary methods, description %s of %d", svc.Name, len(unary), svc.Desc.ServiceName, len(svc.Desc.Methods))
 			continue
 		}
 		for i, m := range svc.Desc.Methods {
 			full := "/" + svc.Desc.ServiceName + "/" + m.MethodName
-			if tm := svc.Methods[i]; tm.Name != m.MethodName || tm.FullName != full {
+			if tm := unary[i]; tm.Name != m.MethodName || tm.FullName != full {
 				t.Errorf("%s: the table's method %d is %s (%s)", full, i, tm.Name, tm.FullName)
 				continue
 			}
@@ -38,7 +65,7 @@ func TestTableMatchesDescriptions(t *testing.T) {
 			if !errors.Is(err, stop) {
 				t.Fatalf("%s: generated handler: %v", full, err)
 			}
-			if got, want := reflect.TypeOf(svc.Methods[i].NewRequest()), reflect.TypeOf(generated); got != want {
+			if got, want := reflect.TypeOf(unary[i].NewRequest()), reflect.TypeOf(generated); got != want {
 				t.Errorf("%s: the table makes a %v, the generated handler decodes into %v", full, got, want)
 			}
 		}
@@ -66,12 +93,16 @@ func TestServicesMatchTable(t *testing.T) {
 	}
 }
 
-// registrar keeps what is registered on it.
+// registrar keeps what is registered on it: the unary methods' handlers,
+// and a zero MethodDesc for each stream.
 type registrar map[string]grpc.MethodDesc
 
 func (r registrar) RegisterService(desc *grpc.ServiceDesc, _ any) {
 	for _, m := range desc.Methods {
 		r["/"+desc.ServiceName+"/"+m.MethodName] = m
+	}
+	for _, sd := range desc.Streams {
+		r["/"+desc.ServiceName+"/"+sd.StreamName] = grpc.MethodDesc{}
 	}
 }
 
@@ -110,6 +141,10 @@ func TestRegisterChained(t *testing.T) {
 	}
 	if _, ok := calls[0].req.(*shebav1.PingRequest); !ok {
 		t.Errorf("the chain got a %T, want the decoded *PingRequest", calls[0].req)
+	}
+
+	if m, ok := r[shebav1.EventService_StreamEvents_FullMethodName]; !ok || m.Handler != nil {
+		t.Errorf("StreamEvents: registered %t, unary handler %t; want registered as a stream, as generated", ok, m.Handler != nil)
 	}
 
 	bad := errors.New("bad message")
@@ -166,5 +201,19 @@ func TestEventTypes(t *testing.T) {
 	}
 	if len(slices.Compact(slices.Sorted(slices.Values(types)))) != len(types) {
 		t.Errorf("EventTypes() = %q repeats a type", types)
+	}
+}
+
+// TestStreamPolicySets: StreamEvents needs the database, but is neither
+// read-only (a stream reads the primary alone) nor a write (it changes
+// nothing, so opening one does not send its caller's reads to the primary).
+func TestStreamPolicySets(t *testing.T) {
+	m := shebav1.EventService_StreamEvents_FullMethodName
+	if !DatabaseMethods()[m] || ReadOnlyMethods()[m] || WriteMethods()[m] {
+		t.Errorf("%s: database %t, read-only %t, write %t; want true, false, false",
+			m, DatabaseMethods()[m], ReadOnlyMethods()[m], WriteMethods()[m])
+	}
+	if !WriteMethods()[shebav1.SubscriptionService_CreateSubscription_FullMethodName] {
+		t.Errorf("CreateSubscription is no write")
 	}
 }

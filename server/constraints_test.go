@@ -72,16 +72,19 @@ func clearUnknown(m protoreflect.Message) {
 }
 
 // TestEventTypesConstraint checks that the event types an endpoint may ask
-// for are said alike in Go (EventTypes) and in the constraint of
-// CreateWebhookEndpointRequest.event_types, which the chain enforces: the
-// same list, and at most as many items as there are types.
+// for, and a stream may be filtered by, are said alike in Go (EventTypes)
+// and in the constraints of CreateWebhookEndpointRequest.event_types and
+// StreamEventsRequest.event_types, which the chain enforces: the same
+// list, and at most as many items as there are types.
 func TestEventTypesConstraint(t *testing.T) {
-	fd := (&shebav1.CreateWebhookEndpointRequest{}).ProtoReflect().Descriptor().Fields().ByName("event_types")
-	rules := proto.GetExtension(fd.Options(), validate.E_Field).(*validate.FieldRules).GetRepeated()
-	if diff := cmp.Diff(server.EventTypes(), rules.GetItems().GetString().GetIn()); diff != "" {
-		t.Errorf("event_types's items.string.in (-EventTypes +constraint):\n%s", diff)
-	}
-	if got, want := rules.GetMaxItems(), uint64(len(server.EventTypes())); got != want || !rules.GetUnique() {
-		t.Errorf("event_types: max_items %d, unique %t; want %d (one of each type), true", got, rules.GetUnique(), want)
+	for _, msg := range []proto.Message{&shebav1.CreateWebhookEndpointRequest{}, &shebav1.StreamEventsRequest{}} {
+		fd := msg.ProtoReflect().Descriptor().Fields().ByName("event_types")
+		rules := proto.GetExtension(fd.Options(), validate.E_Field).(*validate.FieldRules).GetRepeated()
+		if diff := cmp.Diff(server.EventTypes(), rules.GetItems().GetString().GetIn()); diff != "" {
+			t.Errorf("%s's items.string.in (-EventTypes +constraint):\n%s", fd.FullName(), diff)
+		}
+		if got, want := rules.GetMaxItems(), uint64(len(server.EventTypes())); got != want || !rules.GetUnique() {
+			t.Errorf("%s: max_items %d, unique %t; want %d (one of each type), true", fd.FullName(), got, rules.GetUnique(), want)
+		}
 	}
 }

@@ -32,7 +32,8 @@ import (
 // request refused; RegisterChained's handler hands the chain the refusal in
 // place of the message, and the chain answers it (CheckRequest), as any
 // answer of the chain. Every other message decodes as grpc-go's codec
-// decodes it.
+// decodes it. On the way out, an event of StreamEvents, encoded once for
+// every stream (encodedMessage), is sent as its bytes.
 func Codec(maxBytes int) encoding.CodecV2 {
 	return &codec{
 		base:     encoding.GetCodecV2(grpcproto.Name),
@@ -48,8 +49,15 @@ type codec struct {
 	tooLarge error
 }
 
-func (c *codec) Name() string                           { return c.base.Name() }
-func (c *codec) Marshal(v any) (mem.BufferSlice, error) { return c.base.Marshal(v) }
+func (c *codec) Name() string { return c.base.Name() }
+func (c *codec) Marshal(v any) (mem.BufferSlice, error) {
+	// A message encoded once for many streams (an event of
+	// StreamEvents) is sent as it is.
+	if e, ok := v.(interface{ encoded() []byte }); ok {
+		return mem.BufferSlice{mem.SliceBuffer(e.encoded())}, nil
+	}
+	return c.base.Marshal(v)
+}
 func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 	t, ok := v.(decodeTarget)
 	if !ok {

@@ -43,6 +43,8 @@ type Options struct {
 	// Logins throttles repeated failed logins per username and caller
 	// (limits.login_failures). Nil throttles nothing.
 	Logins *loginthrottle.Throttle
+	// EventStream configures StreamEvents (the events section).
+	EventStream EventOptions
 }
 
 // Services are the sheba.v1 services, ready to be registered on any
@@ -53,6 +55,7 @@ type Services struct {
 	account      *accountServer
 	subscription *subscriptionServer
 	webhook      *webhookServer
+	event        *eventServer
 	// list is every service of the method table with its implementation,
 	// in the table's order.
 	list []service
@@ -85,6 +88,7 @@ func New(st *store.Store, opts Options) (*Services, error) {
 		account:      &accountServer{store: st, hasher: hasher, errs: errs, events: events, logins: logins},
 		subscription: &subscriptionServer{store: st, errs: errs, events: events, tokens: tokens},
 		webhook:      newWebhookServer(st, errs, tokens, opts),
+		event:        newEventServer(opts.EventStream),
 	}
 	if s.list, err = s.services(); err != nil {
 		return nil, err
@@ -114,6 +118,7 @@ func (s *Services) services() ([]service, error) {
 		shebav1.AccountService_Table.Name:      s.account,
 		shebav1.SubscriptionService_Table.Name: s.subscription,
 		shebav1.WebhookService_Table.Name:      s.webhook,
+		shebav1.EventService_Table.Name:        s.event,
 	}
 	list := make([]service, 0, len(shebav1.Services))
 	for _, t := range shebav1.Services {
@@ -144,6 +149,17 @@ func Methods() []string {
 	methods := make([]string, len(shebav1.Methods))
 	for i, m := range shebav1.Methods {
 		methods[i] = m.FullName
+	}
+	return methods
+}
+
+// StreamingMethods returns the full names of the server-streaming methods.
+func StreamingMethods() []string {
+	var methods []string
+	for _, m := range shebav1.Methods {
+		if m.ServerStreams {
+			methods = append(methods, m.FullName)
+		}
 	}
 	return methods
 }
@@ -181,7 +197,15 @@ func ReadOnlyMethods() map[string]bool {
 }
 
 // WriteMethods returns the full names of the methods that may change the
-// database: those that need it and are not read-only.
+// database: those that need it and are not read-only, but for the
+// server-streaming ones (StreamEvents), which change nothing and are yet
+// not read-only, because a stream reads the primary alone.
 func WriteMethods() map[string]bool {
-	return methodsWhere(func(p shebav1.MethodPolicyTable) bool { return p.Database && !p.ReadOnly })
+	set := methodsWhere(func(p shebav1.MethodPolicyTable) bool { return p.Database && !p.ReadOnly })
+	for _, m := range shebav1.Methods {
+		if m.ServerStreams {
+			delete(set, m.FullName)
+		}
+	}
+	return set
 }

@@ -55,7 +55,7 @@ var migrationNames = []struct {
 	name    string
 }{
 	{1, "init"}, {2, "idempotency"}, {3, "webhooks"}, {4, "webhook_secret_rotation"}, {5, "webhook_fanout"},
-	{6, "webhook_leases"}, {7, "webhook_retention_indexes"}, {8, "subscription_version"},
+	{6, "webhook_leases"}, {7, "webhook_retention_indexes"}, {8, "subscription_version"}, {9, "event_positions"},
 }
 
 // statesApplied returns the status of the migrations with the first n
@@ -212,6 +212,8 @@ func TestMigrateDownKeepsRows(t *testing.T) {
 		version uint
 		want    []store.TableRows // nil: reverted without force
 	}{
+		// Columns and an index dropped, no table.
+		{9, nil},
 		// A column dropped, no table.
 		{8, nil},
 		// Indexes dropped, no table.

@@ -150,13 +150,6 @@ func hotQueries(ids planIDs) []hotQuery {
 			_, err = s.ExpandWebhookEvent(ctx, id, b.Last, 500, queueShare)
 			return err
 		}},
-		{"an event no endpoint receives: DeleteWebhookEventWithoutDeliveries", func(ctx context.Context, s *store.Store) error {
-			id, err := newEvent(ctx, s)
-			if err != nil {
-				return err
-			}
-			return s.DeleteWebhookEventWithoutDeliveries(ctx, id)
-		}},
 		{"the delivery's read: GetDeliveryAttempt", func(ctx context.Context, s *store.Store) error {
 			_, err := s.GetDeliveryAttempt(ctx, ids.down, ids.downEvent)
 			return err
@@ -224,6 +217,17 @@ func hotQueries(ids planIDs) []hotQuery {
 			if err == nil && n == 0 {
 				err = errors.New("deleted nothing")
 			}
+			return err
+		}},
+		{"the event stream's hub, a page from the start: ListEvents", func(ctx context.Context, s *store.Store) error {
+			page, err := s.ListEvents(ctx, store.EventPosition{}, nil, 500)
+			if err == nil && len(page.Events) != 500 {
+				err = fmt.Errorf("got %d events, want 500", len(page.Events))
+			}
+			return err
+		}},
+		{"a stream catching up, one type: ListEvents", func(ctx context.Context, s *store.Store) error {
+			_, err := s.ListEvents(ctx, store.EventPosition{}, []string{"subscription.canceled"}, 256)
 			return err
 		}},
 		{"a 410: DisableWebhookEndpoint", func(ctx context.Context, s *store.Store) error {

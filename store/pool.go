@@ -30,6 +30,19 @@ type poolSetup struct {
 	tracers []pgx.QueryTracer
 }
 
+// WithCutOnCancel makes an ended context close its connection at once
+// (pgx's own default) rather than send a cancel request and wait for its
+// answer: for a pool whose connections only wait, such as the event hub's
+// LISTEN, where no query is there to cancel and the wait would last the
+// whole fallback (2 s) at every stop.
+func WithCutOnCancel() PoolOption {
+	return func(o *poolSetup) {
+		o.cfg.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+			return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}
+		}
+	}
+}
+
 // WithStatementTimeout makes the server cancel any statement that runs
 // longer than d (Postgres statement_timeout on every connection of the
 // pool), a backstop under the request's own deadline: a query never

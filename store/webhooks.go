@@ -212,13 +212,21 @@ type WebhookEvent struct {
 
 // CreateWebhookEvent stores ev, with the endpoints it goes to fixed as
 // those the transaction of ctx sees now (ExpandWebhookEvent writes its
-// deliveries later). Call it in the transaction of the change the event
-// announces: it writes one row, however many endpoints receive the event.
+// deliveries later), and notifies EventsChannel, which Postgres delivers
+// at commit to wake the event stream. Call it in the transaction of the
+// change the event announces: it writes one row, however many endpoints
+// receive the event. Its position in the event log (ListEvents) is the
+// transaction's and the next seq.
 func (s *Store) CreateWebhookEvent(ctx context.Context, ev WebhookEvent) error {
+	// One round trip for both. Postgres sends the same notification of a
+	// transaction once, however many events it writes.
 	if _, err := s.db(ctx).Exec(ctx, `
-		INSERT INTO webhook_events (id, type, body, traceparent, create_time, endpoints_snapshot)
-		VALUES ($1, $2, $3, $4, $5, pg_current_snapshot())`,
-		ev.ID, ev.Type, ev.Body, ev.Traceparent, ev.CreateTime); err != nil {
+		WITH ev AS (
+			INSERT INTO webhook_events (id, type, body, traceparent, create_time, endpoints_snapshot)
+			VALUES ($1, $2, $3, $4, $5, pg_current_snapshot())
+			RETURNING 1)
+		SELECT pg_notify($6, '') FROM ev`,
+		ev.ID, ev.Type, ev.Body, ev.Traceparent, ev.CreateTime, EventsChannel); err != nil {
 		return fmt.Errorf("create webhook event %q: %w", ev.Type, translate(err))
 	}
 	return nil
@@ -310,17 +318,6 @@ func (s *Store) ExpandWebhookEvent(ctx context.Context, eventID, after string, l
 		return ExpandedBatch{}, fmt.Errorf("expand webhook event %q: %w", eventID, translate(err))
 	}
 	return b, nil
-}
-
-// DeleteWebhookEventWithoutDeliveries deletes the event if it has no
-// delivery: once expanded, that is an event no endpoint receives.
-func (s *Store) DeleteWebhookEventWithoutDeliveries(ctx context.Context, eventID string) error {
-	if _, err := s.db(ctx).Exec(ctx, `
-		DELETE FROM webhook_events ev
-		WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_id = ev.id)`, eventID); err != nil {
-		return fmt.Errorf("delete webhook event %q: %w", eventID, translate(err))
-	}
-	return nil
 }
 
 // WebhookDelivery is a row of the webhook_deliveries table, with the type of
@@ -604,7 +601,8 @@ func (s *Store) CountPendingDeliveries(ctx context.Context) (int64, error) {
 
 // DeleteEndedWebhookEvents deletes up to limit events older than before
 // whose deliveries have all ended, oldest first, with their deliveries, and
-// returns how many it deleted.
+// returns how many it deleted. An event no endpoint receives has no
+// delivery: it is kept as long, for the event stream to resume through.
 func (s *Store) DeleteEndedWebhookEvents(ctx context.Context, before time.Time, limit int) (int64, error) {
 	// The ids as an array: the planner then looks each up by its key
 	// rather than reading the whole table to join it with the subquery.

@@ -38,9 +38,10 @@ func (w *eventWorker) Work(ctx context.Context, job *river.Job[eventArgs]) error
 // endpoint) makes each a no-op (store.ExpandWebhookEvent): no delivery is
 // lost or written twice, nor enqueued twice, even if two runs overlap (a
 // job rescued while its first run still works). An event that no endpoint
-// receives is deleted.
+// receives is kept all the same, for the event stream (webhooks/eventlog),
+// and deleted with the others by the retention job.
 func (r *Runner) expand(ctx context.Context, eventID string) error {
-	for after, first := "", true; ; first = false {
+	for after := ""; ; {
 		var b store.ExpandedBatch
 		err := r.store.InTx(ctx, func(ctx context.Context) error {
 			var err error
@@ -59,8 +60,6 @@ func (r *Runner) expand(ctx context.Context, eventID string) error {
 		switch {
 		case err != nil:
 			return err
-		case first && b.Endpoints == 0:
-			return r.store.DeleteWebhookEventWithoutDeliveries(ctx, eventID)
 		case b.Endpoints < r.o.ExpandBatch:
 			return nil
 		}

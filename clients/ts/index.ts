@@ -2,6 +2,7 @@
 
 // The sheba API client: every module protoc-gen-es generated from proto/.
 export * from "./gen/sheba/v1/account_pb.js";
+export * from "./gen/sheba/v1/event_pb.js";
 export * from "./gen/sheba/v1/options_pb.js";
 export * from "./gen/sheba/v1/ping_pb.js";
 export * from "./gen/sheba/v1/subscription_pb.js";

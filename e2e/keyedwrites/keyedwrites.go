@@ -113,9 +113,7 @@ type Client struct {
 }
 
 // Subscribe registers url as a webhook endpoint of subscription.created
-// events and returns its secret. A database whose events CheckDatabase
-// counts needs one: an event that no endpoint receives is deleted once it
-// has been fanned out.
+// events and returns its secret.
 func (c Client) Subscribe(tb testing.TB, url string) (secret string) {
 	tb.Helper()
 	b, err := json.Marshal(map[string]any{"url": url, "eventTypes": []string{"subscription.created"}})

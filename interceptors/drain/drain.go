@@ -9,8 +9,9 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// errShuttingDown ends the streams open at End, and refuses later ones.
-var errShuttingDown = status.Error(codes.Unavailable, "server shutting down")
+// ErrShuttingDown ends the streams open at End, and refuses later ones:
+// UNAVAILABLE "server shutting down".
+var ErrShuttingDown = status.Error(codes.Unavailable, "server shutting down")
 
 // Drainer ends the streams of a server when End is called. The zero value
 // is not usable; call New. It is safe for concurrent use.
@@ -33,7 +34,7 @@ func (d *Drainer) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		select {
 		case <-d.ended:
-			return errShuttingDown
+			return ErrShuttingDown
 		default:
 		}
 		ctx, cancel := context.WithCancel(ss.Context())
@@ -47,7 +48,7 @@ func (d *Drainer) StreamServerInterceptor() grpc.StreamServerInterceptor {
 		case err := <-done:
 			return err
 		case <-d.ended:
-			return errShuttingDown
+			return ErrShuttingDown
 		}
 	}
 }

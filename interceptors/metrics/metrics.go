@@ -65,7 +65,10 @@ type Metrics struct {
 // up on its first use (so that a series shows when the vector would make
 // it) and kept.
 type method struct {
-	service, name           string
+	service, name string
+	// typ is the grpc_type label: unary, or server_stream for a
+	// server-streaming method opened through the chain (ServerStreams).
+	typ                     string
 	started, received, sent lazy[prometheus.Counter]
 	seconds                 lazy[prometheus.Observer]
 	handled                 series
@@ -113,7 +116,7 @@ func New(reg prometheus.Registerer, methods []string) (*Metrics, error) {
 	}
 	for _, full := range methods {
 		svc, name := splitMethod(full)
-		m.methods[full] = &method{service: svc, name: name}
+		m.methods[full] = &method{service: svc, name: name, typ: unary}
 	}
 	for _, r := range []string{ReasonUnauthenticated, ReasonRate, ReasonKeyRate, ReasonInflight} {
 		m.rejected.WithLabelValues(r) // every reason shows, at 0
@@ -171,6 +174,32 @@ func typeOf(mi grpc.MethodInfo) string {
 
 const unary = "unary"
 
+// ServerStreams says the methods named (full names, among New's methods)
+// are server-streaming: the chain opens each stream as a call that lasts
+// as long as the stream (internal/app), and their grpc_server_* series
+// have grpc_type "server_stream", as go-grpc-middleware's stream
+// interceptor labels them. Call it before the first call.
+func (m *Metrics) ServerStreams(full ...string) {
+	for _, f := range full {
+		if meth, ok := m.methods[f]; ok {
+			meth.typ = "server_stream"
+		}
+	}
+}
+
+// MessageSent counts one message sent on a stream of method (a full name
+// that ServerStreams named) in grpc_server_msg_sent_total, as
+// go-grpc-middleware counts each message a stream sends: the interceptor
+// sees the stream's opening and its end, not its messages.
+func (m *Metrics) MessageSent(method string) {
+	meth, ok := m.methods[method]
+	if !ok {
+		return
+	}
+	svc, name, typ := meth.service, meth.name, meth.typ
+	meth.sent.get(func() prometheus.Counter { return m.sent.WithLabelValues(typ, svc, name) }).Inc()
+}
+
 // UnaryServerInterceptor feeds the grpc_server_* family, with the trace id
 // as exemplar of its series when the call is sampled, and
 // sheba_requests_total.
@@ -198,12 +227,12 @@ func (m *Metrics) intercept(ctx context.Context, req any, info *grpc.UnaryServer
 	if !served {
 		// A method outside the served set: its series are not kept.
 		svc, name := splitMethod(info.FullMethod)
-		meth = &method{service: svc, name: name}
+		meth = &method{service: svc, name: name, typ: unary}
 	}
 	ex := exemplar(ctx)
-	svc, name := meth.service, meth.name
-	add(meth.started.get(func() prometheus.Counter { return m.started.WithLabelValues(unary, svc, name) }), ex)
-	add(meth.received.get(func() prometheus.Counter { return m.received.WithLabelValues(unary, svc, name) }), ex)
+	svc, name, typ := meth.service, meth.name, meth.typ
+	add(meth.started.get(func() prometheus.Counter { return m.started.WithLabelValues(typ, svc, name) }), ex)
+	add(meth.received.get(func() prometheus.Counter { return m.received.WithLabelValues(typ, svc, name) }), ex)
 
 	resp, err := handler(ctx, req)
 
@@ -214,13 +243,15 @@ func (m *Metrics) intercept(ctx context.Context, req any, info *grpc.UnaryServer
 		s = status.FromContextError(err)
 	}
 	code := s.Code()
-	if err == nil {
-		add(meth.sent.get(func() prometheus.Counter { return m.sent.WithLabelValues(unary, svc, name) }), ex)
+	if err == nil && typ == unary {
+		// A stream's messages are counted as they are sent
+		// (MessageSent).
+		add(meth.sent.get(func() prometheus.Counter { return m.sent.WithLabelValues(typ, svc, name) }), ex)
 	}
 	add(meth.handled.get(code, func() prometheus.Counter {
-		return m.handled.WithLabelValues(unary, svc, name, code.String())
+		return m.handled.WithLabelValues(typ, svc, name, code.String())
 	}), ex)
-	observer := meth.seconds.get(func() prometheus.Observer { return m.seconds.WithLabelValues(unary, svc, name) })
+	observer := meth.seconds.get(func() prometheus.Observer { return m.seconds.WithLabelValues(typ, svc, name) })
 	if ex != nil {
 		observer.(prometheus.ExemplarObserver).ObserveWithExemplar(time.Since(start).Seconds(), ex)
 	} else {

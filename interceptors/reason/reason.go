@@ -38,8 +38,13 @@ const (
 	DeadlineExceeded    = "DEADLINE_EXCEEDED"    // DEADLINE_EXCEEDED: the call's deadline passed
 
 	// Streams (concurrency.StreamServerInterceptor: health Watch and
-	// reflection streams).
+	// reflection streams; the event streams' own limits, internal/app).
 	TooManyStreams = "TOO_MANY_STREAMS" // RESOURCE_EXHAUSTED: the streams that limit allows are open already; with RetryInfo
+
+	// The event stream (server/event.go).
+	EventCursorExpired = "EVENT_CURSOR_EXPIRED" // OUT_OF_RANGE (400): after_event_id names no position the service keeps
+	StreamTooSlow      = "STREAM_TOO_SLOW"      // RESOURCE_EXHAUSTED: the client did not read and events.buffer events waited for it
+	StreamEnded        = "STREAM_ENDED"         // UNAVAILABLE: the stream ran events.max_duration; resume after its last id or cursor
 
 	// Idempotency keys (interceptors/idempotency).
 	IdempotencyKeyReused = "IDEMPOTENCY_KEY_REUSED" // INVALID_ARGUMENT (422 on REST): the key came with another request
@@ -64,6 +69,7 @@ const (
 	UnsupportedContentEncoding = "UNSUPPORTED_CONTENT_ENCODING" // INVALID_ARGUMENT (415): a Content-Encoding other than gzip or zstd
 	BodyTooLarge               = "BODY_TOO_LARGE"               // RESOURCE_EXHAUSTED (413): a body over http.max_body_bytes; a gRPC, Connect or gRPC-Web message over grpc.max_recv_bytes
 	MalformedBody              = "MALFORMED_BODY"               // INVALID_ARGUMENT (400): a body that cannot be decompressed or decoded
+	NotAcceptable              = "NOT_ACCEPTABLE"               // INVALID_ARGUMENT (406): a stream asked for as application/cbor
 
 	// The external request hook (interceptors/hook).
 	HookDenied      = "HOOK_DENIED"      // the code of the hook's status (403 PERMISSION_DENIED, …; REST: that status): the hook broke the call; metadata "reason" holds the hook's reason

@@ -77,7 +77,7 @@ func TestReasonsAreUpperSnake(t *testing.T) {
 		reason.APIKeyMissing, reason.APIKeyInvalid, reason.LoginFailed, reason.LoginThrottled, reason.RateLimited, reason.KeyRateLimited,
 		reason.Overloaded, reason.DatabaseUnavailable, reason.DeadlineExceeded, reason.InvalidArgument, reason.NotFound,
 		reason.AlreadyExists, reason.Internal, reason.Canceled, reason.RouteNotFound, reason.MethodNotAllowed, reason.UnsupportedMediaType,
-		reason.UnsupportedContentEncoding, reason.BodyTooLarge, reason.MalformedBody, reason.IdempotencyKeyReused, reason.IdempotencyKeyInUse,
+		reason.UnsupportedContentEncoding, reason.BodyTooLarge, reason.MalformedBody, reason.NotAcceptable, reason.IdempotencyKeyReused, reason.IdempotencyKeyInUse,
 		reason.WebhookURLNotAllowed, reason.WebhookEndpointLimit, reason.TooManyStreams,
 	} {
 		for i, c := range r {

@@ -13,7 +13,8 @@
 // method, transport, code, duration, request_id, trace_id, span_id,
 // api_key_id and peer; never request bodies, passwords or keys. It is at
 // Info level, or Warn for the codes that mean the server failed (Internal,
-// Unknown, DataLoss, Unavailable, DeadlineExceeded).
+// Unknown, DataLoss, Unavailable, DeadlineExceeded) unless WithPlannedEnds
+// says the error ended the call as planned.
 //
 // It returns no codes of its own.
 package requestlog

@@ -25,6 +25,7 @@ const maxRequestIDLen = 128
 
 type options struct {
 	transport func(ctx context.Context) (transport, peer string)
+	planned   func(err error) bool
 }
 
 // Option configures the interceptor.
@@ -34,6 +35,14 @@ type Option func(*options)
 // and no peer).
 func WithTransport(f func(ctx context.Context) (transport, peer string)) Option {
 	return func(o *options) { o.transport = f }
+}
+
+// WithPlannedEnds names the errors that end a call as the server planned,
+// not as a failure, whatever their code: logged at Info. sheba's event
+// streams end with UNAVAILABLE after events.max_duration and at shutdown,
+// for their clients to resume.
+func WithPlannedEnds(f func(err error) bool) Option {
+	return func(o *options) { o.planned = f }
 }
 
 // UnaryServerInterceptor assigns request ids and logs one line per call to
@@ -63,7 +72,7 @@ func UnaryServerInterceptor(log *slog.Logger, opts ...Option) grpc.UnaryServerIn
 
 		code := status.Code(err)
 		level := slog.LevelInfo
-		if serverFault(code) {
+		if serverFault(code) && (o.planned == nil || !o.planned(err)) {
 			level = slog.LevelWarn
 		}
 		if !h.Enabled(ctx, level) {

@@ -86,6 +86,27 @@ func TestDirect(t *testing.T) {
 	}
 }
 
+// TestPlannedEnds: an error WithPlannedEnds names is logged at Info
+// whatever its code; another of the same code stays at Warn.
+func TestPlannedEnds(t *testing.T) {
+	planned := status.Error(codes.Unavailable, "stream ended after events.max_duration")
+	var buf bytes.Buffer
+	i := requestlog.UnaryServerInterceptor(slog.New(slog.NewJSONHandler(&buf, nil)),
+		requestlog.WithPlannedEnds(func(err error) bool { return err == planned }))
+	info := &grpc.UnaryServerInfo{FullMethod: "/pkg.Svc/Stream"}
+	for _, err := range []error{planned, status.Error(codes.Unavailable, "database unavailable")} {
+		_, _ = i(t.Context(), nil, info, func(context.Context, any) (any, error) { return nil, err })
+	}
+	var got []string
+	for _, l := range logLines(t, &buf) {
+		got = append(got, l["level"].(string)+" "+l["error"].(string))
+	}
+	want := []string{"INFO stream ended after events.max_duration", "WARN database unavailable"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("levels (-want +got):\n%s", diff)
+	}
+}
+
 // TestServer checks that the id goes back to the client as metadata, with
 // what inner steps left in the call's Info.
 func TestServer(t *testing.T) {

@@ -37,6 +37,7 @@ import (
 	"github.com/shebasvc/sheba/server/loginthrottle"
 	"github.com/shebasvc/sheba/store"
 	"github.com/shebasvc/sheba/webhooks"
+	"github.com/shebasvc/sheba/webhooks/eventlog"
 )
 
 // App is sheba assembled: the database pools, the services, the chain,
@@ -51,11 +52,17 @@ type App struct {
 	// queue's (River's and its workers'); healthPool is the health check's
 	// own connection.
 	pool, hooksPool, healthPool *pgxpool.Pool
-	store                       *store.Store
-	rate                        rateLimits
-	health                      *health.Checker
-	streams                     *drain.Drainer
-	grpc                        *grpc.Server
+	// listenPool holds the one connection on which the event hub listens
+	// for new events (LISTEN sheba_events).
+	listenPool *pgxpool.Pool
+	// events follows the event log for the event streams
+	// (docs/events.md).
+	events  *eventlog.Hub
+	store   *store.Store
+	rate    rateLimits
+	health  *health.Checker
+	streams *drain.Drainer
+	grpc    *grpc.Server
 	// browser serves the browser protocols (Connect, gRPC-Web) on
 	// http.addr, through its ServeHTTP.
 	browser  *grpc.Server
@@ -131,10 +138,26 @@ func New(ctx context.Context, cfg config.Config, log *slog.Logger, opts ...Optio
 		store.WithCanceler(&a.conns), store.WithFailover(a.failover)); err != nil {
 		return nil, err
 	}
+	// The event hub keeps one connection listening for new events: in a
+	// pool of its own, so that it never takes one of the API's, nor waits
+	// behind them. Not traced: it waits, it does not query; and its wait
+	// is cut at once when the hub stops, not cancelled.
+	if a.listenPool, err = store.OpenPool(ctx, cfg.Database.URL, 1, tracenoop.NewTracerProvider(),
+		store.WithCutOnCancel(), store.WithCanceler(&a.conns), store.WithFailover(a.failover)); err != nil {
+		return nil, err
+	}
 	if a.standby, err = openStandby(ctx, cfg, tp, &a.conns); err != nil {
 		return nil, err
 	}
 	a.store = store.New(a.pool)
+	// The hub reads the log on the API's primary pool (a stream never
+	// reads a standby, which could lag behind an event).
+	a.events = eventlog.New(a.store, a.listenPool, eventlog.Options{
+		Buffer:    cfg.Events.Buffer,
+		Retention: cfg.Events.Retention,
+		Failover:  a.failover,
+		Log:       log,
+	})
 	// With tracing off, the instrumentation is left out rather than run
 	// against a no-op provider: it allocates on every call all the same.
 	if _, off := tp.(tracenoop.TracerProvider); off {
@@ -153,7 +176,7 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 	// Each service has its own registry, served at GET /metrics.
 	registry := prometheus.NewRegistry()
 	var err error
-	if a.webhooks, err = newWebhooks(cfg.Webhooks, a.hooksPool, o, log, tp, registry); err != nil {
+	if a.webhooks, err = newWebhooks(cfg.Webhooks, cfg.Events.Retention, a.hooksPool, o, log, tp, registry); err != nil {
 		return err
 	}
 	// Closed by close, with the rest of a.rate.
@@ -165,6 +188,10 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 	if err := registry.Register(logins.Collector()); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
+	sm, err := newStreamMetrics(registry)
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
 	services, err := server.New(a.store, server.Options{
 		Log:                  log,
 		PageTokenKey:         cfg.Paging.Key(),
@@ -174,6 +201,13 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 		MaxWebhookEndpoints:  cfg.Webhooks.MaxEndpoints,
 		WebhookSecretOverlap: cfg.Webhooks.SecretOverlap,
 		Logins:               logins,
+		EventStream: server.EventOptions{
+			Hub:         a.events,
+			Heartbeat:   cfg.Events.Heartbeat,
+			MaxDuration: cfg.Events.MaxDuration,
+			OpenTimeout: cfg.Limits.Timeout,
+			OnEvent:     sm.events.Inc,
+		},
 	})
 	if err != nil {
 		return err
@@ -184,6 +218,7 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
+	m.ServerStreams(server.StreamingMethods()...)
 	inflight := newInflightLimiter(cfg.Limits)
 	if err := registerCollectors(registry, store.PoolCollector(a.databasePools()), a.failover.Collector(), inflight, a.health); err != nil {
 		return fmt.Errorf("metrics: %w", err)
@@ -217,7 +252,7 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 	if err != nil {
 		return err
 	}
-	chain := unaryChain(chainDeps{
+	deps := chainDeps{
 		limits:     cfg.Limits,
 		authn:      authn,
 		keyIDs:     keyIDs,
@@ -236,7 +271,10 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 		hook:           hookLink,
 		standby:        standbyLink,
 		extra:          o.interceptors,
-	})
+	}
+	chain := unaryChain(deps)
+	// The chain's stream side: a stream opens through the same links.
+	streams := newStreamOpening(deps, eventsLimits{maxStreams: cfg.Events.MaxStreams, maxPerKey: cfg.Events.MaxStreamsPerKey}, sm)
 
 	if a.certs, err = newCerts(cfg.TLS, log, registry); err != nil {
 		return err
@@ -253,15 +291,16 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 	a.grpc = newGRPCServer(cfg, tp, cfg.GRPC.MaxRecvBytes,
 		grpc.InTapHandle(authTap(authn, server.Methods(), m, log)),
 		grpc.Creds(newGRPCCreds(a.certs, a.guards.grpc)),
-		// Every stream of the server counts against one bound over every
-		// connection (today health Watch and reflection: sheba.v1 has no
-		// stream; a later API stream would need a rule of its own), before
-		// the drain's goroutine; then the drain, which ends every stream
-		// at shutdown.
+		// The streams that need no key (health Watch, reflection) count
+		// against one bound over every connection, before the drain's
+		// goroutine; the business streams (StreamEvents) open through the
+		// chain instead, with limits of their own (events.max_streams,
+		// events.max_streams_per_key). Then the drain, which ends every
+		// stream at shutdown.
 		grpc.ChainStreamInterceptor(
-			concurrency.StreamServerInterceptor(concurrency.NewLimiter(cfg.GRPC.MaxOpenStreams)),
+			streams.StreamServerInterceptor(concurrency.StreamServerInterceptor(concurrency.NewLimiter(cfg.GRPC.MaxOpenStreams))),
 			a.streams.StreamServerInterceptor()))
-	services.RegisterChained(a.grpc, chain)
+	services.RegisterChained(o.registrar(a.grpc), chain)
 	healthpb.RegisterHealthServer(a.grpc, a.health.Service())
 	if cfg.GRPC.Reflection {
 		reflection.Register(a.grpc)
@@ -278,11 +317,16 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 	// as sent to grpc.max_recv_bytes (or http.max_body_bytes, if smaller);
 	// transcoded from JSON, a message may grow a little, and is not refused
 	// for that (no bound in its codec).
-	a.browser = newGRPCServer(cfg, tp, 0, grpc.StreamInterceptor(a.streams.StreamServerInterceptor()))
-	services.RegisterChained(a.browser, chain)
+	a.browser = newGRPCServer(cfg, tp, 0, grpc.ChainStreamInterceptor(
+		streams.StreamServerInterceptor(nil), a.streams.StreamServerInterceptor()))
+	services.RegisterChained(o.registrar(a.browser), chain)
 
 	channel := gateway.NewChannel(nil)
-	services.RegisterChained(channel, chain)
+	services.RegisterChained(o.registrar(channel), chain)
+	// A REST stream opens through the chain's stream side (so a call
+	// without a key is 401, and the stream limits hold), then runs behind
+	// the drain, as on the gRPC servers.
+	channel.StreamThrough(streams.StreamServerInterceptor(nil), a.streams.StreamServerInterceptor())
 	rest, err := gateway.New(ctx, channel, gateway.Options{
 		MaxBodyBytes:        cfg.HTTP.MaxBodyBytes,
 		MaxConcurrentBodies: cfg.HTTP.MaxConcurrentBodies,
@@ -355,8 +399,11 @@ func (a *App) ServiceInfo() map[string]grpc.ServiceInfo { return a.grpc.GetServi
 // Postgres on pool shared by every replica: never in Redis, whose outage
 // could not fall back without exceeding it
 // (docs/webhooks.md#protecting-a-failing-endpoint).
-func newWebhooks(c config.Webhooks, pool *pgxpool.Pool, opts options, log *slog.Logger, tp trace.TracerProvider, reg prometheus.Registerer) (*webhooks.Runner, error) {
+func newWebhooks(c config.Webhooks, retention time.Duration, pool *pgxpool.Pool, opts options, log *slog.Logger, tp trace.TracerProvider, reg prometheus.Registerer) (*webhooks.Runner, error) {
 	o := webhooks.Options{
+		// The event log is one: the webhooks keep it as long as the event
+		// streams may resume in it (events.retention).
+		Retention:              retention,
 		Timeout:                c.Timeout,
 		MaxAttempts:            c.MaxAttempts,
 		BackoffBase:            c.Backoff.Base,
@@ -499,7 +546,7 @@ func grpcLimits(c config.GRPC, callTimeout time.Duration) []grpc.ServerOption {
 		}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionIdle:     c.MaxConnectionIdle,
-			MaxConnectionAge:      30 * time.Minute,
+			MaxConnectionAge:      config.GRPCMaxConnectionAge,
 			MaxConnectionAgeGrace: callTimeout + 5*time.Second,
 			Time:                  time.Minute,
 			Timeout:               20 * time.Second,
@@ -639,6 +686,12 @@ func (a *App) Serve(ctx context.Context, lis Listeners) error {
 		// flight get half of the bound to finish, the rest of it to record
 		// their outcome, and whatever is left waits in the queue for any
 		// replica.
+		// The event hub runs until the streams have ended (shutdown).
+		events: start(context.WithoutCancel(ctx), func(ctx context.Context) {
+			if err := a.events.Run(ctx); err != nil && ctx.Err() == nil {
+				a.log.Error("event hub stopped", "error", err)
+			}
+		}),
 		hooks: start(context.WithoutCancel(ctx), func(ctx context.Context) {
 			if err := a.webhooks.Run(ctx, a.cfg.Shutdown.Timeout/2); err != nil {
 				a.log.Warn("stopping webhook deliveries", "error", err)

@@ -142,7 +142,7 @@ func chainLinks(d chainDeps) []link {
 	m := d.metrics
 
 	links := []link{
-		{"request_log", requestlog.UnaryServerInterceptor(d.log, requestlog.WithTransport(transportOf))},
+		{"request_log", requestlog.UnaryServerInterceptor(d.log, requestlog.WithTransport(transportOf), requestlog.WithPlannedEnds(plannedStreamEnd))},
 		{"error_details", errordetails.UnaryServerInterceptor()},
 		{"metrics", m.UnaryServerInterceptor()},
 		{"recovery", recovery.UnaryServerInterceptor(recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {

@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
+	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/webhooks"
 )
 
@@ -20,6 +21,7 @@ type options struct {
 	webhookOptions func(*webhooks.Options)
 	resolver       *net.Resolver
 	interceptors   []grpc.UnaryServerInterceptor
+	eventServer    shebav1.EventServiceServer
 }
 
 func evaluateOptions(opts []Option) options {
@@ -80,4 +82,33 @@ func WithWebhookResolver(r *net.Resolver) Option {
 // in the order given.
 func WithUnaryInterceptor(i grpc.UnaryServerInterceptor) Option {
 	return func(o *options) { o.interceptors = append(o.interceptors, i) }
+}
+
+// WithEventServer serves EventService with s in place of sheba's own, on
+// every transport, behind the same chain. Tests stream canned events and
+// heartbeats with it.
+func WithEventServer(s shebav1.EventServiceServer) Option {
+	return func(o *options) { o.eventServer = s }
+}
+
+// eventRegistrar registers services on ServiceRegistrar, EventService with
+// impl in place of the one given (WithEventServer).
+type eventRegistrar struct {
+	grpc.ServiceRegistrar
+	impl shebav1.EventServiceServer
+}
+
+func (r eventRegistrar) RegisterService(desc *grpc.ServiceDesc, impl any) {
+	if desc.ServiceName == shebav1.EventService_ServiceDesc.ServiceName {
+		impl = r.impl
+	}
+	r.ServiceRegistrar.RegisterService(desc, impl)
+}
+
+// registrar is r, or r serving the event server of o if it has one.
+func (o options) registrar(r grpc.ServiceRegistrar) grpc.ServiceRegistrar {
+	if o.eventServer == nil {
+		return r
+	}
+	return eventRegistrar{ServiceRegistrar: r, impl: o.eventServer}
 }

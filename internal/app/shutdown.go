@@ -13,7 +13,7 @@ import (
 
 // background is what Serve runs beside the servers.
 type background struct {
-	health, reaper, hooks, certs task
+	health, reaper, hooks, certs, events task
 }
 
 // task is a function running on a goroutine of its own until its context
@@ -89,9 +89,12 @@ func (a *App) shutdown(bg background) error {
 	case <-grace.Done():
 	}
 	a.health.EndWatches()
-	// Reflection streams (and any other) do not watch the health server:
-	// they are ended here, every unary call still running to its end.
+	// Reflection and event streams (and any other) do not watch the
+	// health server: they are ended here, with UNAVAILABLE (event streams
+	// resume on another replica), every unary call still running to its
+	// end. The hub stops with them.
 	a.streams.End()
+	bg.events.stop()
 
 	var cut []string
 	if !a.stopServers(grace) {
@@ -119,7 +122,8 @@ func (a *App) shutdown(bg background) error {
 	bg.certs.stop()
 	waitDone(grace, bg.certs.done)
 	cut = append(cut, a.closeWithin(ctx, grace)...)
-	for _, t := range []task{bg.hooks, bg.reaper, bg.health, bg.certs} {
+	waitDone(grace, bg.events.done)
+	for _, t := range []task{bg.hooks, bg.reaper, bg.health, bg.certs, bg.events} {
 		waitDone(ctx, t.done)
 	}
 	if len(cut) > 0 {
@@ -174,7 +178,7 @@ func (a *App) closeWithin(ctx, grace context.Context) (cut []string) {
 	go func() {
 		defer close(closed)
 		var wg sync.WaitGroup
-		for _, p := range []*pgxpool.Pool{a.healthPool, a.hooksPool, a.pool} {
+		for _, p := range []*pgxpool.Pool{a.listenPool, a.healthPool, a.hooksPool, a.pool} {
 			if p != nil {
 				wg.Go(p.Close)
 			}

@@ -94,14 +94,29 @@ type browserProtocol struct {
 	// error writer speak: its body is decoded to binary gRPC-Web for
 	// vanguard (body), and the answer encoded (textWriter).
 	text bool
+	// unary and streams: whether it calls unary methods, server-streaming
+	// ones, or both (gRPC-Web). Connect has a type of each kind.
+	unary, streams bool
+	// encoding is the header naming the compression of a framed message.
+	encoding string
+	// frameName names its frame in errors.
+	frameName string
 }
 
 var (
-	connectProto = &browserProtocol{name: ProtocolConnect, contentType: "application/proto"}
-	connectJSON  = &browserProtocol{name: ProtocolConnect, contentType: "application/json", empty: []byte("{}"), json: true}
-	grpcWeb      = &browserProtocol{name: ProtocolGRPCWeb, contentType: grpcWebType, empty: make([]byte, 5), frame: 5}
+	connectProto = &browserProtocol{name: ProtocolConnect, contentType: "application/proto", unary: true}
+	connectJSON  = &browserProtocol{name: ProtocolConnect, contentType: "application/json", empty: []byte("{}"), json: true, unary: true}
+	// Connect's server streaming: the request is one message in an
+	// envelope (the frame of gRPC-Web), the answer a message per envelope.
+	connectStreamProto = &browserProtocol{name: ProtocolConnect, contentType: "application/connect+proto",
+		empty: make([]byte, 5), frame: 5, streams: true, encoding: "Connect-Content-Encoding", frameName: "Connect envelope"}
+	connectStreamJSON = &browserProtocol{name: ProtocolConnect, contentType: "application/connect+json",
+		empty: []byte("\x00\x00\x00\x00\x02{}"), frame: 5, json: true, streams: true, encoding: "Connect-Content-Encoding", frameName: "Connect envelope"}
+	grpcWeb = &browserProtocol{name: ProtocolGRPCWeb, contentType: grpcWebType, empty: make([]byte, 5), frame: 5,
+		unary: true, streams: true, encoding: "Grpc-Encoding", frameName: "gRPC-Web frame"}
 	// Its body becomes binary gRPC-Web's.
-	grpcWebText = &browserProtocol{name: ProtocolGRPCWeb, contentType: grpcWebType, empty: make([]byte, 5), frame: 5, text: true}
+	grpcWebText = &browserProtocol{name: ProtocolGRPCWeb, contentType: grpcWebType, empty: make([]byte, 5), frame: 5, text: true,
+		unary: true, streams: true, encoding: "Grpc-Encoding", frameName: "gRPC-Web frame"}
 )
 
 // The types of binary and text gRPC-Web.
@@ -124,6 +139,10 @@ func protocolOf(contentType string) *browserProtocol {
 		return connectProto
 	case "application/json":
 		return connectJSON
+	case "application/connect+proto":
+		return connectStreamProto
+	case "application/connect+json":
+		return connectStreamJSON
 	case "application/grpc-web", "application/grpc-web+proto":
 		return grpcWeb
 	case "application/grpc-web-text", "application/grpc-web-text+proto":
@@ -156,7 +175,12 @@ type browser struct {
 	// methods are the full method names the API has, each with the type
 	// of its request message.
 	methods map[string]protoreflect.MessageType
-	errors  *connect.ErrorWriter
+	// streams are the full names of the server-streaming methods.
+	streams map[string]bool
+	// writeTimeout is http.write_timeout, which bounds each write of a
+	// stream's answer rather than the whole stream (streamWriter).
+	writeTimeout time.Duration
+	errors       *connect.ErrorWriter
 	// gw writes the errors of requests that speak no browser protocol, as
 	// REST does.
 	gw *runtime.ServeMux
@@ -171,10 +195,12 @@ func newBrowser(srv http.Handler, services []*shebav1.ServiceTable, o Options, s
 	}
 	vservices := make([]*vanguard.Service, len(services))
 	methods := map[string]protoreflect.MessageType{}
+	streams := map[string]bool{}
 	for i, svc := range services {
 		vservices[i] = vanguard.NewService(svc.Name, srv)
 		for _, m := range svc.Methods {
 			methods[m.FullName] = m.NewRequest().ProtoReflect().Type()
+			streams[m.FullName] = m.ServerStreams
 		}
 	}
 	t, err := vanguard.NewTranscoder(vservices,
@@ -204,7 +230,7 @@ func newBrowser(srv http.Handler, services []*shebav1.ServiceTable, o Options, s
 	}
 	return &browser{
 		transcoder: t, authn: o.Authenticator, slots: slots, maxMessage: maxMessage, bounds: o.RepeatedBounds,
-		methods: methods, errors: connect.NewErrorWriter(), gw: gw,
+		methods: methods, streams: streams, writeTimeout: o.WriteTimeout, errors: connect.NewErrorWriter(), gw: gw,
 	}, nil
 }
 
@@ -225,6 +251,11 @@ func (b *browser) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ct := r.Header.Get("Content-Type")
 	p := protocolOf(ct)
 	in, known := b.methods[r.URL.Path]
+	stream := b.streams[r.URL.Path]
+	if p != nil && !(stream && p.streams || !stream && p.unary) {
+		// Connect's type of the other kind of method.
+		p = nil
+	}
 	if p == nil {
 		// So that the REST error is JSON, whatever the type.
 		r.Header.Del("Content-Type")
@@ -244,11 +275,15 @@ func (b *browser) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		})
 		return
 	case p == nil:
+		connectTypes := "application/json or application/proto (Connect)"
+		if stream {
+			connectTypes = "application/connect+json or application/connect+proto (Connect, a server-streaming method)"
+		}
 		writeError(b.gw, w, r, &runtime.HTTPStatusError{
 			HTTPStatus: http.StatusUnsupportedMediaType,
 			Err: reason.Error(codes.InvalidArgument, reason.UnsupportedMediaType, fmt.Sprintf(
-				"unsupported content type %s: send application/json or application/proto (Connect), application/grpc-web or application/grpc-web-text (gRPC-Web)",
-				reason.Quote(ct))),
+				"unsupported content type %s: send %s, application/grpc-web or application/grpc-web-text (gRPC-Web)",
+				reason.Quote(ct), connectTypes)),
 		})
 		return
 	}
@@ -291,9 +326,15 @@ func (b *browser) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The body is binary and uncompressed now.
 	r.Header.Del("Content-Encoding")
 	r.Header.Del("Grpc-Encoding")
+	r.Header.Del("Connect-Content-Encoding")
 	r.Header.Del("Content-Length")
+	if stream {
+		// Each write of a stream's answer has http.write_timeout of its
+		// own, which net/http counts from the request's headers.
+		w = &streamWriter{ResponseWriter: w, timeout: b.writeTimeout}
+	}
 	if p.text {
-		tw := &textWriter{ResponseWriter: w}
+		tw := &textWriter{ResponseWriter: w, stream: stream}
 		defer tw.close()
 		w = tw
 	}
@@ -369,16 +410,16 @@ func (b *browser) body(w http.ResponseWriter, r *http.Request, p *browserProtoco
 	msg, compressed, enc := body, false, r.Header.Get("Content-Encoding")
 	if p.frame > 0 {
 		if len(body) < 5 {
-			return nil, malformed("the request body is not a gRPC-Web frame: 5 bytes of header, then the message")
+			return nil, malformed(fmt.Sprintf("the request body is not a %s: 5 bytes of header, then the message", p.frameName))
 		}
 		flag, n := body[0], binary.BigEndian.Uint32(body[1:5])
 		switch {
 		case flag > 1:
-			return nil, malformed(fmt.Sprintf("the request's gRPC-Web frame has flag %#02x: a message's is 0, or 1 when compressed", flag))
+			return nil, malformed(fmt.Sprintf("the request's %s has flag %#02x: a message's is 0, or 1 when compressed", p.frameName, flag))
 		case int64(n) != int64(len(body)-5):
-			return nil, malformed(fmt.Sprintf("the request's gRPC-Web frame says %d bytes and holds %d: a unary call's body is one frame", n, len(body)-5))
+			return nil, malformed(fmt.Sprintf("the request's %s says %d bytes and holds %d: a call's body is one %[1]s", p.frameName, n, len(body)-5))
 		}
-		msg, compressed, enc = body[5:], flag == 1, r.Header.Get("Grpc-Encoding")
+		msg, compressed, enc = body[5:], flag == 1, r.Header.Get(p.encoding)
 	} else {
 		compressed = enc != "" && enc != "identity"
 	}
@@ -389,7 +430,7 @@ func (b *browser) body(w http.ResponseWriter, r *http.Request, p *browserProtoco
 				return nil, err
 			}
 		case enc == "" || enc == "identity":
-			return nil, malformed("the request's gRPC-Web frame is compressed, and Grpc-Encoding names no compression: send Grpc-Encoding: gzip")
+			return nil, malformed(fmt.Sprintf("the request's %s is compressed, and %s names no compression: send %[2]s: gzip", p.frameName, p.encoding))
 		default:
 			return nil, reason.Error(codes.InvalidArgument, reason.UnsupportedContentEncoding,
 				fmt.Sprintf("unsupported encoding %s: send gzip, or no compression", reason.Quote(enc)))
@@ -522,11 +563,15 @@ func connectError(st *status.Status) *connect.Error {
 
 // textWriter turns a binary gRPC-Web answer into its text form: the type,
 // and the body in base64, one string padded at its end (close). A unary
-// answer's frames are short, so one string serves every client.
+// answer's frames are short, so one string serves every client. A stream's
+// answer is a padded string per flush (a message, or the trailers), as
+// gRPC-Web's text clients read a stream: a message then waits for no later
+// bytes to complete its base64.
 type textWriter struct {
 	http.ResponseWriter
-	wrote bool
-	enc   io.WriteCloser
+	wrote  bool
+	stream bool
+	enc    io.WriteCloser
 }
 
 func (w *textWriter) WriteHeader(code int) {
@@ -547,8 +592,13 @@ func (w *textWriter) Write(b []byte) (int, error) {
 	return w.enc.Write(b)
 }
 
-// Flush sends what is encoded so far (vanguard needs an http.Flusher).
+// Flush sends what is encoded so far (vanguard needs an http.Flusher); a
+// stream's, padded.
 func (w *textWriter) Flush() {
+	if w.stream && w.enc != nil {
+		_ = w.enc.Close()
+		w.enc = nil
+	}
 	if f, ok := w.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}

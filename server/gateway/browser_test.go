@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -124,6 +125,19 @@ func browserPost(t *testing.T, url, method, path, contentType string, body []byt
 			}
 		}
 		res.st, res.username = grpcWebAnswer(t, resp.Header, raw)
+	case strings.HasPrefix(ct, "application/connect+"):
+		// A stream refused: its one envelope is the end of the stream
+		// (flag 2), whose JSON holds the error.
+		if len(raw) < 5 || raw[0] != 2 {
+			t.Fatalf("Connect stream answer %q: want one end-of-stream envelope", raw)
+		}
+		var end struct {
+			Error json.RawMessage `json:"error"`
+		}
+		if err := json.Unmarshal(raw[5:], &end); err != nil {
+			t.Fatalf("Connect end of stream %q: %v", raw[5:], err)
+		}
+		res.st = resttest.ConnectStatus(t, end.Error)
 	case resp.StatusCode == http.StatusOK:
 		var msg shebav1.CreateAccountResponse
 		if ct == "application/json" {
@@ -204,6 +218,8 @@ func TestBrowserGuardsUnit(t *testing.T) {
 	const (
 		proto, jsonType = "application/proto", "application/json"
 		web, text       = "application/grpc-web+proto", "application/grpc-web-text"
+		// Connect's streaming type of protobuf.
+		connectStream = "application/connect+proto"
 	)
 	b64 := func(b []byte) []byte { return []byte(base64.StdEncoding.EncodeToString(b)) }
 	for _, test := range []struct {
@@ -248,6 +264,16 @@ func TestBrowserGuardsUnit(t *testing.T) {
 		{"unknown method, another type", "", "text/plain", valid, nil, http.StatusNotFound, codes.NotFound, reason.RouteNotFound},
 		{"GET", http.MethodGet, proto, nil, nil, http.StatusMethodNotAllowed, codes.Unimplemented, reason.MethodNotAllowed},
 		{"another type", "", "text/plain", valid, nil, http.StatusUnsupportedMediaType, codes.InvalidArgument, reason.UnsupportedMediaType},
+		// A server-streaming method: Connect's streaming types, and
+		// gRPC-Web's, with the same guards.
+		{"stream, Connect's unary type", "", proto, nil, nil, http.StatusUnsupportedMediaType, codes.InvalidArgument, reason.UnsupportedMediaType},
+		{"stream, gRPC-Web bad flag", "", web, grpcWebFrame(2, nil), nil, http.StatusOK, codes.InvalidArgument, reason.MalformedBody},
+		{"stream, Connect bad flag", "", connectStream, grpcWebFrame(2, nil), nil, http.StatusOK, codes.InvalidArgument, reason.MalformedBody},
+		{"stream, Connect envelope shorter than the body", "", connectStream, append(grpcWebFrame(0, nil), 0), nil, http.StatusOK, codes.InvalidArgument, reason.MalformedBody},
+		{"stream, Connect compressed without Connect-Content-Encoding", "", connectStream, grpcWebFrame(1, nil), nil, http.StatusOK, codes.InvalidArgument, reason.MalformedBody},
+		{"stream, Connect compressed, zstd", "", connectStream, grpcWebFrame(1, nil), []string{"Connect-Content-Encoding", "zstd"}, http.StatusOK, codes.InvalidArgument, reason.UnsupportedContentEncoding},
+		{"stream, Connect too large", "", connectStream, grpcWebFrame(0, make([]byte, browserLimit+1)), nil, http.StatusOK, codes.ResourceExhausted, reason.BodyTooLarge},
+		{"Connect's streaming type, unary method", "", "application/connect+proto", valid, nil, http.StatusUnsupportedMediaType, codes.InvalidArgument, reason.UnsupportedMediaType},
 	} {
 		t.Run(test.name, func(t *testing.T) {
 			method, path := test.method, createAccount
@@ -256,6 +282,9 @@ func TestBrowserGuardsUnit(t *testing.T) {
 			}
 			if strings.HasPrefix(test.name, "unknown method") {
 				path = "/sheba.v1.AccountService/Nope"
+			}
+			if strings.HasPrefix(test.name, "stream") {
+				path = shebav1.EventService_StreamEvents_FullMethodName
 			}
 			r := browserPost(t, url, method, path, test.contentType, test.body, test.header...)
 			if r.code != test.httpCode {

@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"io"
+	"slices"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -10,8 +12,10 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/emptypb"
 
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
+	"github.com/shebasvc/sheba/interceptors/reason"
 )
 
 // Channel is the gateway's connection to the services: a
@@ -21,7 +25,9 @@ import (
 // It is ours rather than grpchan's inprocgrpc for a measured reason: inprocgrpc runs every call on a new goroutine whose stack
 // then grows, and hands messages across a channel; in BenchmarkGatewayJSON
 // that was over a quarter of the CPU of a REST ping (stack growth alone
-// 11%). Only unary calls are supported: the gateway makes no others.
+// 11%). Unary calls and server streams are served (NewStream); a stream's
+// handler runs on a goroutine of its own, as it must to send while the
+// gateway writes.
 //
 // The handler's context is the caller's (so the HTTP span, the deadline and
 // the cancellation carry over) with the caller's outgoing metadata turned
@@ -30,6 +36,18 @@ import (
 type Channel struct {
 	interceptor grpc.UnaryServerInterceptor
 	methods     map[string]inprocMethod // by full method name
+	// streams are the server-streaming methods registered, by full
+	// method name.
+	streams map[string]streamMethod
+	// opening is the chain a stream's opening passes (OpenStreamsThrough),
+	// and streamInterceptor what runs around its handler (StreamThrough).
+	opening            grpc.UnaryServerInterceptor
+	streamInterceptors []grpc.StreamServerInterceptor
+}
+
+type streamMethod struct {
+	impl    any
+	handler grpc.StreamHandler
 }
 
 type inprocMethod struct {
@@ -45,12 +63,29 @@ type inprocMethod struct {
 // registered: sheba's bring the chain themselves
 // (server.Services.RegisterChained).
 func NewChannel(interceptor grpc.UnaryServerInterceptor) *Channel {
-	return &Channel{interceptor: interceptor, methods: map[string]inprocMethod{}}
+	return &Channel{interceptor: interceptor, methods: map[string]inprocMethod{}, streams: map[string]streamMethod{}, opening: interceptor}
 }
 
-// RegisterService registers the unary methods of impl. It is not safe to
-// call once calls have started.
+// OpenStreamsThrough makes the opening of every stream pass chain before its
+// handler runs (NewStream), for a Channel whose stream interceptors
+// (StreamThrough) do not open streams themselves: the key, the limits and
+// validation judge it as they judge a unary call, so a call without a key
+// is refused UNAUTHENTICATED (401), whatever the method. A Channel made
+// with an interceptor uses that one. It is not safe to call once calls
+// have started.
+func (c *Channel) OpenStreamsThrough(chain grpc.UnaryServerInterceptor) {
+	c.opening = chain
+}
+
+// RegisterService registers the unary methods of impl, and notes its
+// server-streaming ones (NewStream). It is not safe to call once calls
+// have started.
 func (c *Channel) RegisterService(desc *grpc.ServiceDesc, impl any) {
+	for _, sd := range desc.Streams {
+		if sd.ServerStreams && !sd.ClientStreams {
+			c.streams["/"+desc.ServiceName+"/"+sd.StreamName] = streamMethod{impl: impl, handler: sd.Handler}
+		}
+	}
 	for _, m := range desc.Methods {
 		full := "/" + desc.ServiceName + "/" + m.MethodName
 		var mask *maskInference
@@ -225,10 +260,271 @@ func plainCallContext(ctx context.Context, method string, md metadata.MD) (conte
 	return grpc.NewContextWithServerTransportStream(ctx, stream), stream
 }
 
-// NewStream is not supported: the gateway makes only unary calls.
-func (c *Channel) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.CallOption) (grpc.ClientStream, error) {
-	return nil, status.Error(codes.Unimplemented, "streams are not served in process")
+// errNotInProcess answers the streams the Channel does not serve: those
+// that are not server streams.
+var errNotInProcess = reason.Error(codes.Unimplemented, reason.ForCode(codes.Unimplemented), "only server streams are served over REST")
+
+// NewStream opens a call of a server-streaming method. Its request, once
+// sent (SendMsg), passes the opening chain (OpenStreamsThrough, if given)
+// as a unary call does, whose refusal is the call's answer; then the
+// method's handler
+// runs on a goroutine of its own (behind the stream interceptors
+// StreamThrough gives), and each message it sends reaches RecvMsg as a
+// copy. The handler's context has the values the chain gave it (the
+// caller, the request id) and the cancellation of ctx alone, not the
+// chain's deadline: limits.timeout bounds the opening, and a stream runs
+// until its client goes away or its own deadline (Grpc-Timeout). Streams
+// of other kinds, and unknown methods, are UNIMPLEMENTED at once.
+func (c *Channel) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	m, ok := c.streams[method]
+	if !ok || desc.ClientStreams {
+		return nil, errNotInProcess
+	}
+	return &clientStream{ctx: ctx, method: method, m: m, c: c, opts: opts,
+		msgs: make(chan proto.Message), headerSent: make(chan struct{}), done: make(chan struct{})}, nil
 }
+
+// StreamThrough runs interceptors around every stream's handler, the first
+// outermost, after its opening has passed the chain: what a grpc.Server's
+// stream interceptors do for its streams (the drain at shutdown). It is
+// not safe to call once calls have started.
+func (c *Channel) StreamThrough(interceptors ...grpc.StreamServerInterceptor) {
+	c.streamInterceptors = interceptors
+}
+
+// clientStream is the client's side of an in-process server stream, and
+// serverStream the handler's: SendMsg there hands a copy of each message
+// to RecvMsg here over msgs, waiting for it to be taken (so a client that
+// does not read holds its handler, which the event hub then cuts when its
+// buffer is full).
+type clientStream struct {
+	ctx    context.Context
+	method string
+	m      streamMethod
+	c      *Channel
+	opts   []grpc.CallOption
+
+	// header is the call's response metadata (the chain's and the
+	// handler's), set from stream by the handler's goroutine.
+	stream     *inprocStream
+	msgs       chan proto.Message
+	headerOnce sync.Once
+	headerSent chan struct{}
+	header     metadata.MD
+	done       chan struct{}
+	err        error // the handler's, once done is closed
+	opened     bool
+}
+
+// SendMsg opens the stream with its one request: the opening chain runs
+// with it, and its refusal is returned; otherwise the handler starts.
+func (s *clientStream) SendMsg(req any) error {
+	if s.opened {
+		return status.Error(codes.Internal, "a server stream takes one request")
+	}
+	s.opened = true
+	md, room := incomingMetadata(s.ctx)
+	sctx, stream := newCallContext(s.ctx, s.method, md, room)
+	s.stream = stream
+	if s.c.opening == nil {
+		// The stream interceptors open it (StreamThrough).
+		go s.serve(&serverStream{ctx: streamContext{Context: s.ctx, values: sctx}, client: s, req: req.(proto.Message)})
+		return nil
+	}
+	var chainCtx context.Context
+	_, err := s.c.opening(sctx, req, &grpc.UnaryServerInfo{Server: s.m.impl, FullMethod: s.method},
+		func(ctx context.Context, _ any) (any, error) {
+			chainCtx = ctx
+			return &emptypb.Empty{}, nil
+		})
+	if err != nil || chainCtx == nil {
+		// A stream refused at its opening: grpc-gateway does not pass
+		// its header metadata on with the error (errorHandler does).
+		stream.deliver(s.opts)
+		header := stream.header.MD()
+		if rc, ok := s.ctx.Value(restCallKey{}).(*restCall); ok {
+			rc.refusedHeader = header
+		}
+		if err == nil {
+			err = status.Error(codes.Internal, "the chain answered a stream's opening without calling it")
+		}
+		return err
+	}
+	ss := &serverStream{ctx: streamContext{Context: s.ctx, values: chainCtx}, client: s, req: req.(proto.Message)}
+	go s.serve(ss)
+	return nil
+}
+
+// serve runs the handler and ends the stream with its answer.
+func (s *clientStream) serve(ss *serverStream) {
+	err := s.run(ss)
+	if err == nil && !s.headerSentYet() {
+		s.sendHeader()
+	}
+	s.err = err
+	close(s.done)
+}
+
+// run calls the handler behind the stream interceptors, a panic becoming
+// INTERNAL as the chain's recovery makes it of a unary call's.
+func (s *clientStream) run(ss *serverStream) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = reason.Error(codes.Internal, reason.Internal, "internal error")
+		}
+	}()
+	info := &grpc.StreamServerInfo{FullMethod: s.method, IsServerStream: true}
+	handler := s.m.handler
+	for _, i := range slices.Backward(s.c.streamInterceptors) {
+		next := handler
+		handler = func(srv any, ss grpc.ServerStream) error { return i(srv, ss, info, next) }
+	}
+	return handler(s.m.impl, ss)
+}
+
+func (s *clientStream) headerSentYet() bool {
+	select {
+	case <-s.headerSent:
+		return true
+	default:
+		return false
+	}
+}
+
+// sendHeader fixes the header metadata, once.
+func (s *clientStream) sendHeader() {
+	s.headerOnce.Do(func() {
+		s.header = s.stream.headerMD()
+		close(s.headerSent)
+	})
+}
+
+// Header waits for the header metadata: sent with the first message, by
+// the handler (grpc.SendHeader), or at its end; a handler that ends with
+// an error before any of these answers it here, so that the error is the
+// call's answer before its first line (an ordinary REST error).
+func (s *clientStream) Header() (metadata.MD, error) {
+	select {
+	case <-s.headerSent:
+		return s.header, nil
+	case <-s.done:
+		if s.headerSentYet() {
+			return s.header, nil
+		}
+		if rc, ok := s.ctx.Value(restCallKey{}).(*restCall); ok {
+			rc.refusedHeader = s.stream.headerMD()
+		}
+		return nil, s.err
+	case <-s.ctx.Done():
+		return nil, status.FromContextError(s.ctx.Err()).Err()
+	}
+}
+
+func (s *clientStream) RecvMsg(m any) error {
+	select {
+	case msg := <-s.msgs:
+		r := m.(proto.Message)
+		proto.Reset(r)
+		if sm, ok := msg.(sharedMessage); ok {
+			if rc, ok := s.ctx.Value(restCallKey{}).(*restCall); ok {
+				// The REST side writes sm's own encoding in r's place
+				// (rewriteShared): r stays empty.
+				rc.shared, rc.sharedFor = sm, r
+				return nil
+			}
+		}
+		proto.Merge(r, msg)
+		return nil
+	case <-s.done:
+		if s.err != nil {
+			return s.err
+		}
+		return io.EOF
+	case <-s.ctx.Done():
+		return status.FromContextError(s.ctx.Err()).Err()
+	}
+}
+
+func (s *clientStream) CloseSend() error         { return nil }
+func (s *clientStream) Context() context.Context { return s.ctx }
+
+func (s *clientStream) Trailer() metadata.MD {
+	select {
+	case <-s.done:
+		return s.stream.trailerMD()
+	default:
+		return nil
+	}
+}
+
+// serverStream is the handler's side of an in-process server stream.
+type serverStream struct {
+	ctx    context.Context
+	client *clientStream
+	req    proto.Message
+	read   bool
+}
+
+func (ss *serverStream) Context() context.Context { return ss.ctx }
+
+func (ss *serverStream) SetHeader(md metadata.MD) error {
+	if ss.client.headerSentYet() {
+		return status.Error(codes.Internal, "header already sent")
+	}
+	return ss.client.stream.SetHeader(md)
+}
+
+func (ss *serverStream) SendHeader(md metadata.MD) error {
+	if err := ss.SetHeader(md); err != nil {
+		return err
+	}
+	ss.client.sendHeader()
+	return nil
+}
+
+func (ss *serverStream) SetTrailer(md metadata.MD) { _ = ss.client.stream.SetTrailer(md) }
+
+// SendMsg hands a copy of m to the client, waiting until it takes it or
+// goes away.
+func (ss *serverStream) SendMsg(m any) error {
+	ss.client.sendHeader()
+	var msg proto.Message
+	if sm, ok := m.(sharedMessage); ok {
+		// Made for every stream alike and not changed once sent: not
+		// copied.
+		msg = sm
+	} else {
+		msg = proto.Clone(m.(proto.Message))
+	}
+	select {
+	case ss.client.msgs <- msg:
+		return nil
+	case <-ss.ctx.Done():
+		return status.FromContextError(ss.ctx.Err()).Err()
+	}
+}
+
+// RecvMsg gives the stream's one request, then io.EOF.
+func (ss *serverStream) RecvMsg(m any) error {
+	if ss.read {
+		return io.EOF
+	}
+	ss.read = true
+	r := m.(proto.Message)
+	proto.Reset(r)
+	proto.Merge(r, ss.req)
+	return nil
+}
+
+// streamContext has the values of the chain's context and the
+// cancellation and deadline of the caller's: the chain's timeout bounds
+// the opening, not the stream.
+type streamContext struct {
+	context.Context
+	values context.Context
+}
+
+func (c streamContext) Value(key any) any { return c.values.Value(key) }
 
 // inprocStream collects the response metadata a handler sets with
 // grpc.SetHeader, grpc.SendHeader and grpc.SetTrailer, copying none of it
@@ -241,6 +537,18 @@ type inprocStream struct {
 }
 
 func (s *inprocStream) Method() string { return s.method }
+
+func (s *inprocStream) headerMD() metadata.MD {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.header.MD()
+}
+
+func (s *inprocStream) trailerMD() metadata.MD {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.trailer.MD()
+}
 
 func (s *inprocStream) SetHeader(md metadata.MD) error {
 	s.mu.Lock()

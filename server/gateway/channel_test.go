@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -115,4 +116,118 @@ func testInprocChannel(t *testing.T) {
 	if status.Code(err) != codes.Unimplemented {
 		t.Errorf("unknown method: got %v, want Unimplemented", err)
 	}
+}
+
+// TestInprocChannelStreams: a server-streaming method's opening passes the
+// opening chain, with the call's incoming metadata and the request sent:
+// the chain's refusal is the call's answer; a call it lets through runs
+// the handler, with the chain's context values but not its deadline, and
+// the client receives copies of what it sends, then its end; canceling
+// the client's context ends the handler's. An unknown stream is
+// UNIMPLEMENTED at once.
+func TestInprocChannelStreams(t *testing.T) {
+	refused := status.Error(codes.Unauthenticated, "no key")
+	var seen []string
+	impl := &streamingEvents{ended: make(chan error, 1)}
+	c := NewChannel(nil)
+	c.RegisterService(&shebav1.EventService_ServiceDesc, impl)
+	c.OpenStreamsThrough(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		key := metadata.ValueFromIncomingContext(ctx, "x-api-key")
+		seen = append(seen, info.FullMethod+" "+req.(*shebav1.StreamEventsRequest).GetAfterEventId())
+		if len(key) == 0 {
+			return nil, refused
+		}
+		// The chain's timeout bounds the opening only.
+		ctx, cancel := context.WithTimeout(context.WithValue(ctx, streamTestKey{}, "caller"), time.Nanosecond)
+		defer cancel()
+		return handler(ctx, req)
+	})
+	var order []string
+	around := func(name string) grpc.StreamServerInterceptor {
+		return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+			order = append(order, name+" "+info.FullMethod)
+			return handler(srv, ss)
+		}
+	}
+	c.StreamThrough(around("first"), around("second"))
+	client := shebav1.NewEventServiceClient(c)
+	s, err := client.StreamEvents(t.Context(), &shebav1.StreamEventsRequest{AfterEventId: "a1"})
+	if err == nil {
+		_, err = s.Recv()
+	}
+	if status.Code(err) != codes.Unauthenticated {
+		t.Errorf("without a key: got %v, want the chain's Unauthenticated", err)
+	}
+
+	ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(t.Context(), "x-api-key", "k1"))
+	defer cancel()
+	s, err = client.StreamEvents(ctx, &shebav1.StreamEventsRequest{AfterEventId: "a1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []*shebav1.StreamEventsResponse
+	for _, want := range []string{"c1", "c2"} {
+		m, err := s.Recv()
+		got = append(got, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := m.GetHeartbeat().GetCursor(); got != want {
+			t.Errorf("got cursor %q, want %q", got, want)
+		}
+	}
+	if impl.value != "caller" || impl.deadline {
+		t.Errorf("the handler's context: value %q, deadline %v; want the chain's value and no deadline", impl.value, impl.deadline)
+	}
+	cancel()
+	if err := <-impl.ended; status.Code(err) != codes.Canceled {
+		t.Errorf("the handler's stream ended with %v, want Canceled", err)
+	}
+	wantOrder := []string{"first /sheba.v1.EventService/StreamEvents", "second /sheba.v1.EventService/StreamEvents"}
+	if !slices.Equal(order, wantOrder) {
+		t.Errorf("stream interceptors ran %q, want %q", order, wantOrder)
+	}
+	for i, m := range got {
+		if m == impl.sent[i] {
+			t.Error("the client got the handler's message itself")
+		}
+	}
+	want := []string{"/sheba.v1.EventService/StreamEvents a1", "/sheba.v1.EventService/StreamEvents a1"}
+	if len(seen) != 2 || seen[0] != want[0] || seen[1] != want[1] {
+		t.Errorf("the chain saw %q, want %q", seen, want)
+	}
+	_, err = c.NewStream(t.Context(), &grpc.StreamDesc{ServerStreams: true}, "/sheba.v1.EventService/Nope")
+	if status.Code(err) != codes.Unimplemented {
+		t.Errorf("an unknown stream: got %v, want Unimplemented", err)
+	}
+}
+
+// streamTestKey is a context value the opening chain sets.
+type streamTestKey struct{}
+
+// streamingEvents sends heartbeats c1 and c2, then waits for its client
+// to go away, reporting the error that ends it on ended.
+type streamingEvents struct {
+	shebav1.UnimplementedEventServiceServer
+	sent     []*shebav1.StreamEventsResponse
+	value    any
+	deadline bool
+	ended    chan error
+}
+
+func (e *streamingEvents) StreamEvents(_ *shebav1.StreamEventsRequest, s grpc.ServerStreamingServer[shebav1.StreamEventsResponse]) error {
+	e.value = s.Context().Value(streamTestKey{})
+	_, e.deadline = s.Context().Deadline()
+	for _, c := range []string{"c1", "c2"} {
+		m := &shebav1.StreamEventsResponse{Message: &shebav1.StreamEventsResponse_Heartbeat{Heartbeat: &shebav1.Heartbeat{Cursor: c}}}
+		e.sent = append(e.sent, m)
+		if err := s.Send(m); err != nil {
+			e.ended <- err
+			return err
+		}
+	}
+	// The next send waits for a reader until the client goes away.
+	err := s.Send(&shebav1.StreamEventsResponse{})
+	e.ended <- err
+	return err
 }

@@ -73,11 +73,29 @@ func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshale
 	if s := se.HTTPStatus(); s != 0 && byCode {
 		httpStatus = s
 	}
+	ctx = withRefusedHeader(ctx)
 	writeChainHeaders(ctx, w)
 	if delay := se.Delay(); delay > 0 && !hasRetryAfter(ctx) {
 		w.Header().Set(retryAfterHeader, strconv.FormatInt(retryafter.Seconds(delay), 10))
 	}
 	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, &runtime.HTTPStatusError{HTTPStatus: httpStatus, Err: se})
+}
+
+// withRefusedHeader returns ctx with the response metadata of a stream
+// refused at its opening (restCall.refusedHeader) as the call's header
+// metadata, which grpc-gateway leaves empty for a stream's error; ctx as it
+// is for any other call.
+func withRefusedHeader(ctx context.Context) context.Context {
+	rc, ok := ctx.Value(restCallKey{}).(*restCall)
+	if !ok || rc.refusedHeader == nil {
+		return ctx
+	}
+	md, _ := runtime.ServerMetadataFromContext(ctx)
+	if len(md.HeaderMD) > 0 {
+		return ctx
+	}
+	md.HeaderMD = rc.refusedHeader
+	return runtime.NewServerMetadataContext(ctx, md)
 }
 
 // clipMessage returns err with its message cut to reason.MaxQuoted bytes.

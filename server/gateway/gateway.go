@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/shebasvc/sheba/codec/cborpb"
 	"github.com/shebasvc/sheba/codec/httpcompress"
@@ -122,11 +123,19 @@ func New(ctx context.Context, conn *Channel, o Options) (http.Handler, error) {
 		// CBOR for clients that ask for it (Content-Type or Accept), with
 		// the JSON mapping's shape.
 		runtime.WithMarshalerOption(cborpb.MediaType, markingMarshaler{newErrorBodies(&cborpb.Marshaler{Limits: requestCBORLimits}, bodies)}),
+		// Server-Sent Events, which serveStream alone asks for.
+		runtime.WithMarshalerOption(eventStreamType, sseMarshaler{json}),
+		runtime.WithStreamErrorHandler(streamErrorHandler),
 		runtime.WithIncomingHeaderMatcher(incomingHeader),
 		runtime.WithOutgoingHeaderMatcher(outgoingHeader),
 		runtime.WithErrorHandler(errorHandler),
 		runtime.WithRoutingErrorHandler(routes.routingError),
 		runtime.WithForwardResponseOption(writeETag),
+		// A stream's shared messages (events) are written in the REST
+		// encoding every stream shares.
+		runtime.WithForwardResponseRewriter(func(ctx context.Context, resp proto.Message) (any, error) {
+			return rewriteShared(ctx, resp, json)
+		}),
 		// A form-encoded POST is not a GET in disguise: it is answered 415.
 		runtime.WithDisablePathLengthFallback(),
 	}
@@ -192,6 +201,10 @@ func New(ctx context.Context, conn *Channel, o Options) (http.Handler, error) {
 		hdr["Vary"] = append(append(make([]string, 0, len(hdr["Vary"])+2), hdr["Vary"]...), "Accept")
 		if o.ShareRequest {
 			r = shareRequest(r)
+		}
+		if isStream(routes, r) {
+			serveStream(gw, mux, o.Authenticator, w, r, o.WriteTimeout)
+			return
 		}
 		negotiateAccept(r.Header)
 		r, public := keyBeforeBody(o.Authenticator, routes, r)

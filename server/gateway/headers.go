@@ -84,6 +84,14 @@ type restCall struct {
 	// x-forwarded-for metadata.
 	call         callContext
 	forwardedFor [1]string
+	// refusedHeader is the response metadata of a stream refused at its
+	// opening (refusedStream), which grpc-gateway does not pass on with
+	// the error, as it does a unary call's: errorHandler writes it.
+	refusedHeader metadata.MD
+	// shared is the last message of a stream the Channel received for
+	// the message sharedFor, whose REST encoding rewriteShared writes.
+	shared    sharedMessage
+	sharedFor proto.Message
 }
 
 func (c *restCall) Value(key any) any {

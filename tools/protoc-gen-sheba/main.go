@@ -2,7 +2,8 @@
 // methods.sheba.go, beside the code protoc-gen-go writes for the package
 // of the services, holding a ServiceTable per service (its description,
 // its gateway registration, and per method its full name, request type,
-// call, HTTP rule and policy) and Services, all of them in order. The
+// call (Call, or Stream for a server-streaming method), HTTP rule and
+// policy) and Services, all of them in order. The
 // policy is each RPC's option (sheba.v1.policy) (proto/sheba/v1/
 // options.proto); the HTTP rule its option (google.api.http).
 //
@@ -143,10 +144,18 @@ func writeTypes(g *protogen.GeneratedFile) {
 	g.P("Name string")
 	g.P("// NewRequest returns a new, empty request message.")
 	g.P("NewRequest func() ", protoPkg.Ident("Message"))
-	g.P("// Call calls the method on srv, an implementation of the service's")
-	g.P("// server interface, with req, a request message of the method; it")
-	g.P("// returns the method's response as it is, a nil pointer included.")
+	g.P("// ServerStreams is true for a server-streaming method, which has")
+	g.P("// Stream rather than Call.")
+	g.P("ServerStreams bool")
+	g.P("// Call calls the unary method on srv, an implementation of the")
+	g.P("// service's server interface, with req, a request message of the")
+	g.P("// method; it returns the method's response as it is, a nil pointer")
+	g.P("// included. Nil for a streaming method.")
 	g.P("Call func(srv any, ctx ", contextPkg.Ident("Context"), ", req any) (any, error)")
+	g.P("// Stream calls the server-streaming method on srv with req, a request")
+	g.P("// message of the method, sending its responses on stream (whose")
+	g.P("// context is the call's) until it returns. Nil for a unary method.")
+	g.P("Stream func(srv any, req any, stream ", grpcPkg.Ident("ServerStream"), ") error")
 	g.P("// HTTP is the method's REST route (option (google.api.http)).")
 	g.P("HTTP HTTPRule")
 	g.P("// Policy is the method's policy (option (sheba.v1.policy)).")
@@ -194,8 +203,8 @@ func writeService(g *protogen.GeneratedFile, s *protogen.Service, xt protoreflec
 	g.P("},")
 	g.P("Methods: []MethodTable{")
 	for _, m := range s.Methods {
-		if m.Desc.IsStreamingClient() || m.Desc.IsStreamingServer() {
-			return fmt.Errorf("%s: streaming methods have no table entry yet", m.Desc.FullName())
+		if m.Desc.IsStreamingClient() {
+			return fmt.Errorf("%s: client-streaming methods have no table entry yet", m.Desc.FullName())
 		}
 		pol, err := shebaopt.ReadPolicy(m.Desc, xt)
 		if err != nil {
@@ -210,9 +219,18 @@ func writeService(g *protogen.GeneratedFile, s *protogen.Service, xt protoreflec
 		g.P("FullName: ", s.GoName, "_", m.GoName, "_FullMethodName,")
 		g.P("Name: ", strconv.Quote(string(m.Desc.Name())), ",")
 		g.P("NewRequest: func() ", protoPkg.Ident("Message"), " { return new(", req, ") },")
-		g.P("Call: func(srv any, ctx ", contextPkg.Ident("Context"), ", req any) (any, error) {")
-		g.P("return srv.(", s.GoName, "Server).", m.GoName, "(ctx, req.(*", req, "))")
-		g.P("},")
+		if m.Desc.IsStreamingServer() {
+			resp := g.QualifiedGoIdent(m.Output.GoIdent)
+			g.P("ServerStreams: true,")
+			g.P("Stream: func(srv any, req any, stream ", grpcPkg.Ident("ServerStream"), ") error {")
+			g.P("return srv.(", s.GoName, "Server).", m.GoName, "(req.(*", req, "), &", grpcPkg.Ident("GenericServerStream"),
+				"[", req, ", ", resp, "]{ServerStream: stream})")
+			g.P("},")
+		} else {
+			g.P("Call: func(srv any, ctx ", contextPkg.Ident("Context"), ", req any) (any, error) {")
+			g.P("return srv.(", s.GoName, "Server).", m.GoName, "(ctx, req.(*", req, "))")
+			g.P("},")
+		}
 		g.P("HTTP: HTTPRule{Method: ", strconv.Quote(rule.Verb), ", Path: ", strconv.Quote(rule.Path),
 			", Body: ", strconv.Quote(rule.Body), ", ResponseBody: ", strconv.Quote(rule.ResponseBody), "},")
 		events := "nil"

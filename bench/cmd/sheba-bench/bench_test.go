@@ -96,6 +96,66 @@ func TestShebaYAML(t *testing.T) {
 	}
 }
 
+// TestShebaYAMLEventKeys: the event rows' sheba, with their keys beside
+// the bench's and the stream limits in its environment, loads.
+func TestShebaYAMLEventKeys(t *testing.T) {
+	key, more := newAPIKey(), []apiKey{newAPIKey(), newAPIKey()}
+	more[0].id, more[1].id = "bench-stream-1", "bench-stream-2"
+	path := filepath.Join(t.TempDir(), "sheba.yaml")
+	if err := os.WriteFile(path, []byte(shebaYAML(18080, 19090, &key, more...)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{
+		"DATABASE_URL":                     "postgres://postgres@127.0.0.1:5432/sheba?sslmode=disable",
+		"SHEBA_EVENTS_MAX_STREAMS":         "1000",
+		"SHEBA_EVENTS_MAX_STREAMS_PER_KEY": "10",
+		"SHEBA_LIMITS_MAX_CONNECTIONS":     "1064",
+	}
+	cfg, err := config.Load(path, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err != nil {
+		t.Fatalf("config.Load: %v", err)
+	}
+	var got []string
+	for _, k := range cfg.Auth.Keys {
+		got = append(got, k.SHA256)
+	}
+	if diff := cmp.Diff([]string{key.sha256, more[0].sha256, more[1].sha256}, got); diff != "" {
+		t.Errorf("auth keys' sha256 (-want +got):\n%s", diff)
+	}
+	if cfg.Events.MaxStreams != 1000 || cfg.Events.MaxStreamsPerKey != 10 || cfg.Limits.MaxConnections != 1064 {
+		t.Errorf("events max_streams %d, max_streams_per_key %d, limits.max_connections %d: want the environment's 1000, 10 and 1064",
+			cfg.Events.MaxStreams, cfg.Events.MaxStreamsPerKey, cfg.Limits.MaxConnections)
+	}
+}
+
+// TestEventFigures: the CPU per delivery is what the streams add over the
+// writes alone; the memory per stream is the growth over the streams.
+func TestEventFigures(t *testing.T) {
+	r := eventResult{Streams: 1000, Written: map[string]int{"subscription.created": 500, "account.created": 500},
+		Expected: 250_000, Delivered: 250_000, CommitP99Ms: 400}
+	m := eventMeasure{rssBeforeKiB: 60 * 1024, rssOpenKiB: 60*1024 + 32_000, wall: 5 * time.Second,
+		shebaSec: 2, writesAloneSec: 1, writtenAlone: 1000}
+	got := map[string]float64{}
+	for _, f := range eventFigures(r, m) {
+		if _, ok := got[f.Name]; !ok {
+			got[f.Name] = f.Value
+		}
+		if f.Met != nil && !*f.Met {
+			t.Errorf("%s: goal missed", f)
+		}
+	}
+	for name, want := range map[string]float64{
+		// (2 s - 1000 writes x 1 ms) / 250,000 deliveries.
+		"sheba's CPU per delivered event, the writes' own cost taken off": 4,
+		"RSS per open stream": 32,
+		"deliveries/s":        50_000,
+	} {
+		if got[name] != want {
+			t.Errorf("%s: got %v, want %v", name, got[name], want)
+		}
+	}
+}
+
 // TestHookEnv loads the hooked sheba's environment with sheba's own
 // loader, as TestShebaYAML does the config file.
 func TestHookEnv(t *testing.T) {

@@ -227,8 +227,7 @@ func (b *bench) failover(ctx context.Context, logf func(string, ...any)) (figure
 	if b.opts.auth {
 		c.Key = b.key.key
 	}
-	// An event no endpoint receives is deleted once fanned out: a receiver
-	// keeps them, to be counted.
+	// A receiver of the events' deliveries, as in production.
 	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.WriteHeader(http.StatusNoContent)

@@ -50,6 +50,8 @@ func main() {
 			exit(httpload(os.Args[2:]))
 		case "otlpsink":
 			exit(otlpsink(os.Args[2:]))
+		case "eventload":
+			exit(eventload(os.Args[2:]))
 		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -109,6 +111,12 @@ type options struct {
 	webhookReplicas      int
 	webhookFleetEvents   int
 	webhookSlow          time.Duration
+	// The event rows (events.go).
+	eventStreams     int
+	eventKeys        int
+	eventConns       int
+	eventRate        int
+	eventAccountRate int
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -145,6 +153,11 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.webhookReplicas, "webhook-replicas", 3, "runners of webhook-fleet")
 	fs.IntVar(&o.webhookFleetEvents, "webhook-fleet-events", 300, "events of webhook-fleet")
 	fs.DurationVar(&o.webhookSlow, "webhook-slow", 200*time.Millisecond, "how long webhook-fleet's endpoint takes to answer")
+	fs.IntVar(&o.eventStreams, "event-streams", 1000, "open streams of the event rows (events-fanout, events-sse)")
+	fs.IntVar(&o.eventKeys, "event-keys", 100, "API keys the event rows' streams use, a few streams to a key")
+	fs.IntVar(&o.eventConns, "event-conns", 8, "gRPC connections events-fanout's streams share")
+	fs.IntVar(&o.eventRate, "event-rate", 200, "events/s the event rows write, over the four types")
+	fs.IntVar(&o.eventAccountRate, "event-account-rate", 5, "of -event-rate, account.created events/s (each an argon2id hash on the server)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the run's temporary folder (logs, configs, a copy of the Postgres log)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -203,6 +216,12 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return o, usageError("-webhook-replicas must be 1..10 and -webhook-fleet-events 1..100000")
 	case o.webhookSlow < 0 || o.webhookSlow > 5*time.Second:
 		return o, usageError("-webhook-slow must be 0..5s")
+	case o.eventStreams < 1 || o.eventStreams > 100_000 || o.eventKeys < 1 || o.eventKeys > o.eventStreams || o.eventConns < 1 || o.eventConns > 1000:
+		return o, usageError("-event-streams must be 1..100000, -event-keys 1..-event-streams and -event-conns 1..1000")
+	case (o.eventStreams+o.eventConns-1)/o.eventConns > maxStreamsPerConn:
+		return o, usageError(fmt.Sprintf("-event-streams over -event-conns must be at most %d a connection (sheba's grpc.max_concurrent_streams)", maxStreamsPerConn))
+	case o.eventRate < 4 || o.eventRate > 10_000 || o.eventAccountRate < 0 || o.eventAccountRate > o.eventRate/4:
+		return o, usageError("-event-rate must be 4..10000 and -event-account-rate 0..a quarter of it")
 	}
 	return o, nil
 }
@@ -408,6 +427,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 			return err
 		}
 	}
+	if want(eventScenarios...) {
+		if rep.Events, err = b.runEventScenarios(ctx, logf); err != nil {
+			return err
+		}
+	}
 	rep.judgeAll()
 	rep.Finished = time.Now().UTC()
 
@@ -418,6 +442,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	fmt.Fprint(stdout, renderTable(rep))
 	fmt.Fprint(stdout, renderWebhookTable(rep.Webhooks))
 	fmt.Fprint(stdout, renderFigureTable("cluster scenario", rep.Cluster))
+	fmt.Fprint(stdout, renderFigureTable("event scenario", rep.Events))
 	rel, _ := filepath.Rel(b.repo, path)
 	fmt.Fprintf(stdout, "\nRaw numbers: %s (took %v)\n", rel, rep.Finished.Sub(rep.Started).Round(time.Second))
 	if svg, err := writeChart(path, rep); err != nil {

@@ -168,11 +168,24 @@ func peakRSSKiB(pid int) (int64, error) {
 	return parseVmHWM(f)
 }
 
-func parseVmHWM(r io.Reader) (int64, error) {
+func parseVmHWM(r io.Reader) (int64, error) { return parseStatusKiB(r, "VmHWM") }
+
+// rssKiB reads VmRSS, the resident memory now, from /proc/PID/status.
+func rssKiB(pid int) (int64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	return parseStatusKiB(f, "VmRSS")
+}
+
+// parseStatusKiB reads the kB figure of field from a /proc/PID/status.
+func parseStatusKiB(r io.Reader, field string) (int64, error) {
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		line := sc.Text()
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
 			fields := strings.Fields(rest)
 			if len(fields) == 0 {
 				break
@@ -180,7 +193,7 @@ func parseVmHWM(r io.Reader) (int64, error) {
 			return strconv.ParseInt(fields[0], 10, 64)
 		}
 	}
-	return 0, errors.New("no VmHWM line")
+	return 0, fmt.Errorf("no %s line", field)
 }
 
 // cpuTimes holds busy and total jiffies per CPU from /proc/stat.

@@ -20,6 +20,8 @@ type report struct {
 	Webhooks  []figureRow      `json:"webhooks,omitempty"`
 	// Cluster are the rows about a Postgres cluster (failover).
 	Cluster []figureRow `json:"cluster,omitempty"`
+	// Events are the rows of open event streams (events-fanout, events-sse).
+	Events []figureRow `json:"events,omitempty"`
 }
 
 type scenarioReport struct {
@@ -115,6 +117,9 @@ func reportOptions(o options, b *bench) map[string]any {
 			"outage": o.webhookOutage.String(), "rate": o.webhookRate, "writes": o.webhookWrites,
 			"backlog": o.webhookBacklog, "backlog_outage": o.webhookBacklogOutage.String(),
 			"replicas": o.webhookReplicas, "fleet_events": o.webhookFleetEvents, "slow": o.webhookSlow.String(),
+		},
+		"events": map[string]any{
+			"streams": o.eventStreams, "keys": o.eventKeys, "conns": o.eventConns, "rate": o.eventRate, "account_rate": o.eventAccountRate,
 		},
 	}
 }

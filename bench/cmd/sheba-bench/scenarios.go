@@ -82,8 +82,9 @@ var loadScenarioNames = []string{"ping-rest", "ping-grpc", "error-rest", "readyz
 	"ping-connect-json", "ping-connect-proto", "ping-grpc-web", scenGetSubscriptionStandby}
 
 // scenarioNames is every scenario in the order they run: the load
-// scenarios, the peer rows, then the webhook ones, then failover.
-var scenarioNames = slices.Concat(loadScenarioNames, peerScenarioNames, webhookScenarios, clusterScenarios)
+// scenarios, the peer rows, then the webhook ones, then failover, then the
+// event rows.
+var scenarioNames = slices.Concat(loadScenarioNames, peerScenarioNames, webhookScenarios, clusterScenarios, eventScenarios)
 
 // scenarios builds, for this run, the scenarios of scenarioNames; the
 // Scenarios section of bench/README.md says what each compares.

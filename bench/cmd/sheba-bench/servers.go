@@ -37,6 +37,9 @@ type shebaConfig struct {
 	env []string
 	// databaseURL, set, is DATABASE_URL instead of the bench's database.
 	databaseURL string
+	// keys are API keys configured beside the bench's (the event rows'
+	// streams, a few to a key).
+	keys []apiKey
 }
 
 // apiKey is the bench's API key: made fresh for each run, its SHA-256 goes
@@ -58,7 +61,7 @@ func newAPIKey() apiKey {
 // on, so their buckets run, at a million a second), and the bench key when
 // auth is on. SHEBA_LIMITS_MAX_INFLIGHT and SHEBA_LOG_LEVEL come from the
 // environment.
-func shebaYAML(httpPort, grpcPort int, key *apiKey) string {
+func shebaYAML(httpPort, grpcPort int, key *apiKey, more ...apiKey) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `# Written by sheba-bench for one run; deleted with the run's folder.
 http: { addr: "127.0.0.1:%d" }
@@ -75,8 +78,12 @@ limits:
 		fmt.Fprintf(&b, `auth:
   keys:
     - { id: %q, sha256: %q }
-  public: ["/sheba.v1.PingService/Ping"]
 `, key.id, key.sha256)
+		for _, k := range more {
+			fmt.Fprintf(&b, "    - { id: %q, sha256: %q }\n", k.id, k.sha256)
+		}
+		b.WriteString(`  public: ["/sheba.v1.PingService/Ping"]
+`)
 	}
 	b.WriteString("log: { format: json }\n")
 	return b.String()
@@ -98,7 +105,7 @@ func (b *bench) startSheba(ctx context.Context, name string, sc shebaConfig) (*s
 	if b.opts.auth {
 		key = &b.key
 	}
-	if err := os.WriteFile(cfgPath, []byte(shebaYAML(httpPort, grpcPort, key)), 0o600); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(shebaYAML(httpPort, grpcPort, key, sc.keys...)), 0o600); err != nil {
 		return nil, err
 	}
 	dbURL := sc.databaseURL

@@ -92,9 +92,10 @@ func TestParseOptionsStandbyRows(t *testing.T) {
 	if diff := cmp.Diff([]string{scenGetSubscriptionStandby, scenFailover}, o.scenarios); diff != "" {
 		t.Errorf("scenarios (-want +got):\n%s", diff)
 	}
-	// Every scenario runs by default, failover last.
+	// Every scenario runs by default, failover just before the event rows.
 	o, _ = parseOptions(nil, io.Discard)
-	if !slices.Contains(o.scenarios, scenGetSubscriptionStandby) || o.scenarios[len(o.scenarios)-1] != scenFailover {
-		t.Errorf("default scenarios %q, want get-subscription-standby among them and failover last", o.scenarios)
+	n := len(o.scenarios) - len(eventScenarios)
+	if !slices.Contains(o.scenarios, scenGetSubscriptionStandby) || o.scenarios[n-1] != scenFailover || !slices.Equal(o.scenarios[n:], eventScenarios) {
+		t.Errorf("default scenarios %q, want get-subscription-standby among them, then failover and the event rows last", o.scenarios)
 	}
 }

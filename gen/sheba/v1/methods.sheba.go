@@ -30,10 +30,18 @@ type MethodTable struct {
 	Name string
 	// NewRequest returns a new, empty request message.
 	NewRequest func() proto.Message
-	// Call calls the method on srv, an implementation of the service's
-	// server interface, with req, a request message of the method; it
-	// returns the method's response as it is, a nil pointer included.
+	// ServerStreams is true for a server-streaming method, which has
+	// Stream rather than Call.
+	ServerStreams bool
+	// Call calls the unary method on srv, an implementation of the
+	// service's server interface, with req, a request message of the
+	// method; it returns the method's response as it is, a nil pointer
+	// included. Nil for a streaming method.
 	Call func(srv any, ctx context.Context, req any) (any, error)
+	// Stream calls the server-streaming method on srv with req, a request
+	// message of the method, sending its responses on stream (whose
+	// context is the call's) until it returns. Nil for a unary method.
+	Stream func(srv any, req any, stream grpc.ServerStream) error
 	// HTTP is the method's REST route (option (google.api.http)).
 	HTTP HTTPRule
 	// Policy is the method's policy (option (sheba.v1.policy)).
@@ -106,6 +114,28 @@ var AccountService_Table = ServiceTable{
 			},
 			HTTP:   HTTPRule{Method: "GET", Path: "/v1/accounts/{account_id}", Body: "", ResponseBody: "account"},
 			Policy: MethodPolicyTable{Public: false, Idempotent: false, Database: true, ReadOnly: true, Events: nil},
+		},
+	},
+}
+
+// EventService_Table is the table of sheba.v1.EventService.
+var EventService_Table = ServiceTable{
+	Name: "sheba.v1.EventService",
+	Desc: &EventService_ServiceDesc,
+	RegisterGateway: func(ctx context.Context, mux *runtime.ServeMux, conn grpc.ClientConnInterface) error {
+		return RegisterEventServiceHandlerClient(ctx, mux, NewEventServiceClient(conn))
+	},
+	Methods: []MethodTable{
+		{
+			FullName:      EventService_StreamEvents_FullMethodName,
+			Name:          "StreamEvents",
+			NewRequest:    func() proto.Message { return new(StreamEventsRequest) },
+			ServerStreams: true,
+			Stream: func(srv any, req any, stream grpc.ServerStream) error {
+				return srv.(EventServiceServer).StreamEvents(req.(*StreamEventsRequest), &grpc.GenericServerStream[StreamEventsRequest, StreamEventsResponse]{ServerStream: stream})
+			},
+			HTTP:   HTTPRule{Method: "GET", Path: "/v1/events:stream", Body: "", ResponseBody: ""},
+			Policy: MethodPolicyTable{Public: false, Idempotent: false, Database: true, ReadOnly: false, Events: nil},
 		},
 	},
 }
@@ -264,7 +294,7 @@ var WebhookService_Table = ServiceTable{
 }
 
 // Services are the tables of every service, in the order of the protos.
-var Services = []*ServiceTable{&AccountService_Table, &PingService_Table, &SubscriptionService_Table, &WebhookService_Table}
+var Services = []*ServiceTable{&AccountService_Table, &EventService_Table, &PingService_Table, &SubscriptionService_Table, &WebhookService_Table}
 
 // Methods are the methods of every service of Services, in order.
 var Methods = func() []*MethodTable {

@@ -12,10 +12,12 @@ COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 BIN := bin/sheba
 # Packages under test: the service's module (./... leaves out the nested
-# modules: tools/, the manifest checker, deploy/kubecheck, and the tests of
-# faults between sheba and Postgres, e2e/faults, whose tests run beside).
+# modules: tools/, the manifest checker, deploy/kubecheck, the tests of
+# faults between sheba and Postgres, e2e/faults, and the bench's peer
+# frameworks, bench/peers, whose tests run beside).
 PKGS := ./...
 KUBECHECK := GOWORK=off $(GO) -C deploy/kubecheck
+PEERS := GOWORK=off $(GO) -C bench/peers
 # (env: scripts/pg.sh runs it as a command.)
 FAULTS := env GOWORK=off $(GO) -C e2e/faults
 TESTFLAGS ?= -shuffle=on -count=1
@@ -62,7 +64,9 @@ TEST_PROGRAMS := redis-server=redis-server prometheus=prometheus promtool=promet
 # build tag prism (e2e/prism_test.go) run the REST flow through Stoplight
 # Prism. The tools' own tests (tools/, a module of its own) run beside, and
 # so do the tests of faults between sheba and Postgres (e2e/faults, a
-# module of its own for Toxiproxy), on a throwaway Postgres of their own.
+# module of its own for Toxiproxy), on a throwaway Postgres of their own,
+# and those of the bench's peer frameworks (bench/peers: each serves the
+# ping on 127.0.0.1).
 test: $(NPM_TOOLS)
 	bash scripts/need.sh $(TEST_PROGRAMS)
 	$(REDOCLY) lint --extends=recommended --format=stylish gen/openapiv3/sheba.openapi.json
@@ -70,6 +74,10 @@ test: $(NPM_TOOLS)
 	bash scripts/pg.sh test -- $(FAULTS) test $(TESTFLAGS) ./...
 	GOWORK=off $(GO) -C tools test $(TESTFLAGS) ./...
 	$(KUBECHECK) test $(TESTFLAGS) ./...
+	@# Without TESTFLAGS' -race (CI passes it): that would build Kratos's
+	@# and go-zero's dependencies once more with the race detector (about
+	@# 3 minutes cold) for three ping servers; make test-race has them.
+	$(PEERS) test -shuffle=on -count=1 ./...
 
 test-race: $(NPM_TOOLS)
 	bash scripts/need.sh $(TEST_PROGRAMS)
@@ -77,6 +85,7 @@ test-race: $(NPM_TOOLS)
 	bash scripts/pg.sh test -- $(FAULTS) test -race $(TESTFLAGS) ./...
 	GOWORK=off $(GO) -C tools test -race $(TESTFLAGS) ./...
 	$(KUBECHECK) test -race $(TESTFLAGS) ./...
+	$(PEERS) test -race $(TESTFLAGS) ./...
 
 # Every fuzz target for FUZZTIME each (default 30s), on the throwaway Postgres
 # (scripts/fuzz.sh). make test already runs their seed corpora.
@@ -164,6 +173,7 @@ lint: $(NPM_TOOLS)
 	GOWORK=off $(GO) -C tools vet ./...
 	$(KUBECHECK) vet ./...
 	$(FAULTS) vet ./...
+	$(PEERS) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/')); \
 	if [ -n "$$out" ]; then echo "gofmt needed: $$out" >&2; exit 1; fi
 
@@ -192,8 +202,9 @@ vulncheck: $(VULNDB)/index/db.json
 	$(TOOL) govulncheck -db file://$(CURDIR)/$(VULNDB) -format json $(PKGS) > bin/vulncheck.json
 	$(GO) run ./scripts/vulngate -toolchain "$(TOOLCHAIN)" < bin/vulncheck.json
 
-# Load benchmarks (bench/README.md): sheba beside bare baselines, about 6
-# minutes; SCENARIO=ping-rest (or a comma list) runs only those, and
+# Load benchmarks (bench/README.md): sheba beside bare baselines and the
+# peer frameworks of bench/peers; SCENARIO=ping-rest (or a comma list, such
+# as peer-rest,peer-grpc for the peer rows) runs only those, and
 # BENCHFLAGS passes other flags (e.g. BENCHFLAGS="-pairs 5 -d 10s"). The
 # driver runs on the throwaway Postgres of scripts/pg.sh, like the tests.
 bench:

@@ -256,9 +256,11 @@ func countRange(statuses map[string]int64, lo, hi int) int64 {
 // default, as a typical client), unary calls, each worker with one call in
 // flight.
 type ghzLoad struct {
-	bin      string
-	protoDir string // import path of the .proto files
-	proto    string // the service's file, relative to protoDir
+	bin string
+	// protoset is the descriptor set of the service's file and every file
+	// it imports (gen/sheba.binpb): ping.proto imports google/api's and
+	// buf/validate's, which live outside proto/ (scripts/protodeps.sh).
+	protoset string
 	call     string // package.Service.Method
 	addr     string
 	metadata map[string]string
@@ -267,7 +269,7 @@ type ghzLoad struct {
 func (g ghzLoad) tool() string { return "ghz" }
 
 func (g ghzLoad) run(ctx context.Context, env loadEnv, d time.Duration) (result, error) {
-	argv := []string{g.bin, "--insecure", "--import-paths=" + g.protoDir, "--proto=" + g.proto, "--call=" + g.call,
+	argv := []string{g.bin, "--insecure", "--protoset=" + g.protoset, "--call=" + g.call,
 		"--data={}", "-c", strconv.Itoa(env.conc), "-z", d.String(), "--cpus=1", "--timeout=10s", "-O", "json"}
 	if len(g.metadata) > 0 {
 		md, _ := json.Marshal(g.metadata)

@@ -31,6 +31,9 @@ type machine struct {
 	ServerCPU   int    `json:"server_cpu"`
 	LoadgenCPU  int    `json:"loadgen_cpu"`
 	Root        bool   `json:"root"`
+	// Peers are the framework versions of the peer rows' programs
+	// (bench/peers), by program.
+	Peers map[string]string `json:"peers,omitempty"`
 }
 
 func readMachine(ctx context.Context, goCmd, repo string) machine {

@@ -123,7 +123,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("sheba-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	scen := fs.String("scenario", "", "comma-separated scenarios to run (default all): "+strings.Join(scenarioNames, ", "))
+	scen := fs.String("scenario", "", "comma-separated scenarios to run (default all): "+strings.Join(scenarioNames, ", ")+
+		"; "+scenPeerREST+" and "+scenPeerGRPC+" name their rows against every peer")
 	fs.IntVar(&o.pairs, "pairs", 3, "A/B pairs of runs per scenario")
 	fs.Float64Var(&o.spread, "spread", maxSpread, "measure a row again, once, with twice the pairs when its pair ratios spread more than this: the highest over the lowest, less one (0: never)")
 	fs.StringVar(&o.chart, "chart", "", "only draw the chart of an existing results JSON, beside it (bench/results/X.json: bench/results/X.svg)")
@@ -172,6 +173,10 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	} else {
 		for _, s := range strings.Split(*scen, ",") {
 			s = strings.TrimSpace(s)
+			if g, ok := scenarioGroups[s]; ok {
+				o.scenarios = append(o.scenarios, g...)
+				continue
+			}
 			if !slices.Contains(scenarioNames, s) {
 				return o, usageError(fmt.Sprintf("-scenario: unknown %q; want one of %s", s, strings.Join(scenarioNames, ", ")))
 			}
@@ -240,6 +245,9 @@ type bench struct {
 	pg      *postgres
 	tracing string // OTLP protocol, or "" when sheba has no tracing
 	sink    *server
+	// peerVersions are the framework versions of the peers by key
+	// (buildPeers).
+	peerVersions map[string]string
 
 	idsFile       string
 	pgbenchScript string
@@ -258,6 +266,8 @@ type bench struct {
 // binaries are the paths of the programs the run uses.
 type binaries struct {
 	sheba, httpping, grpcping, pgping, hookecho, ghz, wrk, pgbench, pgBindir string
+	// peers are the programs of bench/peers by key.
+	peers map[string]string
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
@@ -304,7 +314,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 
 	// Tools first: fail before building anything.
 	if want("ping-rest", "error-rest", "readyz", "get-subscription", "get-subscription-pgbench", "ping-rest-traced", "ping-rest-redis",
-		"hook-echo", "hook-echo-subscription", "hook-cached", "hook-ext-authz", scenGetSubscriptionStandby) {
+		"hook-echo", "hook-echo-subscription", "hook-cached", "hook-ext-authz", scenGetSubscriptionStandby) || want(scenarioGroups[scenPeerREST]...) {
 		if b.bins.wrk, err = ensureWrk(ctx, logf); err != nil {
 			return err
 		}
@@ -341,7 +351,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 
 	started := time.Now()
 	logf("building sheba and the baselines")
-	if err := b.build(ctx, want("ping-grpc")); err != nil {
+	if err := b.build(ctx, want(slices.Concat([]string{"ping-grpc"}, scenarioGroups[scenPeerGRPC])...), want(peerScenarioNames...)); err != nil {
 		return err
 	}
 	b.tracing = tracingProtocol(buildDeps(b.bins.sheba))
@@ -383,6 +393,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	if b.bins.ghz != "" {
 		m.Ghz = buildDeps(b.bins.ghz)["github.com/bojand/ghz"]
 	}
+	m.Peers = b.peerVersions
 
 	rep := report{Started: started.UTC(), Machine: m, Options: reportOptions(opts, b)}
 	for _, s := range selected {
@@ -505,9 +516,10 @@ func findPgbench(bindir string) (string, error) {
 	return "", errors.New("pgbench not found: install it (Debian: apt-get install postgresql-contrib or postgresql-client)")
 }
 
-// build compiles sheba, the baselines and, for gRPC scenarios, ghz (pinned
-// in tools/go.mod) into the run's folder.
-func (b *bench) build(ctx context.Context, withGhz bool) error {
+// build compiles sheba, the baselines, for gRPC scenarios ghz (pinned in
+// tools/go.mod), and for the peer rows the peers (bench/peers) into the
+// run's folder.
+func (b *bench) build(ctx context.Context, withGhz, withPeers bool) error {
 	bin := filepath.Join(b.dir, "bin")
 	b.bins.sheba = filepath.Join(bin, "sheba")
 	b.bins.httpping = filepath.Join(bin, "httpping")
@@ -538,6 +550,9 @@ func (b *bench) build(ctx context.Context, withGhz bool) error {
 		if err := gobuild([]string{"GOWORK=off"}, "-modfile=tools/go.mod", "-o", b.bins.ghz, "github.com/bojand/ghz/cmd/ghz"); err != nil {
 			return fmt.Errorf("%w\nghz is pinned in tools/go.mod: GOWORK=off go get -tool -modfile=tools/go.mod github.com/bojand/ghz/cmd/ghz@VERSION", err)
 		}
+	}
+	if withPeers {
+		return b.buildPeers(ctx, bin)
 	}
 	return nil
 }
@@ -620,7 +635,11 @@ func (b *bench) ensureServer(ctx context.Context, key string) (*server, error) {
 	case srvPGPing:
 		s, err = b.startBaseline(ctx, key, b.bins.pgping, false, "DATABASE_URL="+b.pg.url("sheba"))
 	default:
-		return nil, fmt.Errorf("unknown server %q", key)
+		p, ok := peerByServer(key)
+		if !ok {
+			return nil, fmt.Errorf("unknown server %q", key)
+		}
+		s, err = b.startPeer(ctx, p)
 	}
 	if err != nil {
 		return nil, err

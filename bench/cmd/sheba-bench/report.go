@@ -362,6 +362,7 @@ func notes(rep report) []string {
 		out = append(out, fmt.Sprintf("login-overload: shedding keeps p99 of the successful logins at %s vs %s unshed (ratio %.2f), goodput %s vs %s 2xx/s, rejecting %s req/s with 429",
 			fmtMs(a.P99ms), fmtMs(b.P99ms), l.P99Ratio, fmtRate(a.OKPerSec), fmtRate(b.OKPerSec), fmtRate(a.RPS-a.OKPerSec)))
 	}
+	out = append(out, cheapestPeerNotes(rep)...)
 	if _, ok := byName["readyz"]; ok {
 		out = append(out, "readyz: sheba answers from the state of its periodic health check, the baseline pings Postgres on every request")
 	}

@@ -82,8 +82,9 @@ var loadScenarioNames = []string{"ping-rest", "ping-grpc", "error-rest", "readyz
 	"ping-connect-json", "ping-connect-proto", "ping-grpc-web", scenGetSubscriptionStandby}
 
 // scenarioNames is every scenario in the order they run: the load
-// scenarios, then the webhook ones, then failover, then the event rows.
-var scenarioNames = slices.Concat(loadScenarioNames, webhookScenarios, clusterScenarios, eventScenarios)
+// scenarios, the peer rows, then the webhook ones, then failover, then the
+// event rows.
+var scenarioNames = slices.Concat(loadScenarioNames, peerScenarioNames, webhookScenarios, clusterScenarios, eventScenarios)
 
 // scenarios builds, for this run, the scenarios of scenarioNames; the
 // Scenarios section of bench/README.md says what each compares.
@@ -105,7 +106,7 @@ func (b *bench) scenarios() []scenario {
 		}
 	}
 	ghzPing := func(s *server) load {
-		return ghzLoad{bin: b.bins.ghz, protoDir: filepath.Join(b.repo, "proto"), proto: filepath.Join(b.repo, "proto/sheba/v1/ping.proto"),
+		return ghzLoad{bin: b.bins.ghz, protoset: filepath.Join(b.repo, "gen/sheba.binpb"),
 			call: "sheba.v1.PingService.Ping", addr: s.grpcAddr, metadata: md}
 	}
 	getSub := func(s *server) load {
@@ -210,5 +211,6 @@ func (b *bench) scenarios() []scenario {
 	}
 	all = append(all, b.hookScenarios(wrkGet("/v1/ping", hdr), getSub)...)
 	all = append(all, b.browserScenarios(hdr, wrkGet("/v1/ping", hdr))...)
-	return append(all, b.standbyScenario(getSub))
+	all = append(all, b.standbyScenario(getSub))
+	return append(all, b.peerScenarios(wrkGet("/v1/ping", hdr), ghzPing)...)
 }

@@ -36,7 +36,8 @@ type goal struct {
 // rows' (issue 22) as throughput. A scenario without one is measured and
 // drawn, not judged.
 var goals = map[string]goal{
-	"ping-rest":              {Measure: measureCPU, Bound: 2, Moonshot: 1.5},
+	// ping-rest's bound is issue 34's (issue 23's was 2).
+	"ping-rest":              {Measure: measureCPU, Bound: 1.8, Moonshot: 1.5},
 	"ping-grpc":              {Measure: measureCPU, Bound: 1.5, Moonshot: 1.2},
 	"error-rest":             {Measure: measureCPU, Bound: 1 / 0.95, Of: "ping-rest"},
 	"get-subscription":       {Measure: measureCPU, Bound: 1 / 0.75},

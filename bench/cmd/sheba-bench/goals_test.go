@@ -112,9 +112,9 @@ func TestJudge(t *testing.T) {
 
 	v := judge(ping, byName)
 	if math.Abs(v.ratio-1.5) > 1e-9 || v.met == nil || !*v.met || v.moonshotMet == nil || !*v.moonshotMet {
-		t.Errorf("ping-rest: ratio %v, %q; want 1.5, goal ≤ 2 and moonshot ≤ 1.5 met", v.ratio, v)
+		t.Errorf("ping-rest: ratio %v, %q; want 1.5, goal ≤ 1.8 and moonshot ≤ 1.5 met", v.ratio, v)
 	}
-	if got, want := v.String(), "≤ 2.00 ✓ (moonshot ≤ 1.50 ✓)"; got != want {
+	if got, want := v.String(), "≤ 1.80 ✓ (moonshot ≤ 1.50 ✓)"; got != want {
 		t.Errorf("ping-rest goal cell %q, want %q", got, want)
 	}
 	// error-rest against ping-rest: every run against every run, median 33/30 = 1.1.
@@ -169,7 +169,7 @@ func chartReport() report {
 func TestChartRows(t *testing.T) {
 	rows, left := chartRows(chartReport())
 	want := []chartRow{
-		{name: "ping-rest", caption: "CPU/req over base", ratio: 3, lo: 2.8, hi: 3.6, goal: 2, moonshot: 1.5, met: boolPtr(false), rerun: true},
+		{name: "ping-rest", caption: "CPU/req over base", ratio: 3, lo: 2.8, hi: 3.6, goal: 1.8, moonshot: 1.5, met: boolPtr(false), rerun: true},
 		{name: "ping-grpc", caption: "CPU/req over base", ratio: 1.4, lo: 1.4, hi: 1.4, goal: 1.5, moonshot: 1.2, met: boolPtr(true)},
 		{name: "readyz", caption: "CPU/req over base", ratio: 0.5, lo: 0.5, hi: 0.5},
 		// Judged by req/s (0.4–0.5, median 0.5): drawn inverted.

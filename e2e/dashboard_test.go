@@ -529,10 +529,12 @@ func queryProblems(q dashboardQuery, refs promqlRefs, live map[string]map[string
 // minute throughout, 1 Internal, 1 slower than 500 ms; from minute 30 on,
 // 100 StreamEvents streams a minute also end, UNAVAILABLE (after
 // events.max_duration, or at shutdown), each open for minutes. sheba counts
-// a stream so: once at its end, in sheba_requests_total and grpc_server_*
-// with grpc_type "server_stream" (shown at 0 for every method from the
-// start, in truth; absent here before minute 30, so that the streams
-// arrive).
+// a stream in grpc_server_started_total at its opening, and once at its end
+// in sheba_requests_total and grpc_server_handling_seconds, with grpc_type
+// "server_stream" (its messages, in grpc_server_msg_sent_total, are not read
+// by these panels). Here as many open as end each minute, the steady state;
+// the series are absent before minute 30 (in truth shown at 0 for every
+// method from the start), so that the streams arrive.
 var streamSeries = map[string]string{
 	`sheba_requests_total{job="sheba",instance="a",method="/sheba.v1.AccountService/GetAccount",code="OK",api_key_id="k"}`:                                              "0+999x60",
 	`sheba_requests_total{job="sheba",instance="a",method="/sheba.v1.AccountService/GetAccount",code="Internal",api_key_id="k"}`:                                        "0+1x60",

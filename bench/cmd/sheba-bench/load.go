@@ -9,11 +9,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -278,24 +280,7 @@ func (g grpcLoad) run(ctx context.Context, env loadEnv, d time.Duration) (result
 	argv := []string{g.self, "grpcload", "-addr", g.addr, "-method", g.method,
 		"-request", base64.StdEncoding.EncodeToString(req), "-conns", strconv.Itoa(max(g.conns, 1)),
 		"-c", strconv.Itoa(env.conc), "-d", d.String(), "-timeout", "10s"}
-	keys := make([]string, 0, len(g.metadata))
-	for k := range g.metadata {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		argv = append(argv, "-H", k+": "+g.metadata[k])
-	}
-	x, err := execLoad(ctx, env, d, env.dir, argv...)
-	if err != nil {
-		return result{}, err
-	}
-	var r result
-	if err := json.Unmarshal(x.stdout, &r); err != nil {
-		return result{}, fmt.Errorf("grpcload output: %w", err)
-	}
-	r.CPULoadgen = x.cpu
-	return r, nil
+	return execGoLoad(ctx, env, d, argv, g.metadata)
 }
 
 // ---------------------------------------------------------------- pgbench
@@ -418,13 +403,15 @@ func (g goLoad) tool() string { return "httpload (Go)" }
 func (g goLoad) run(ctx context.Context, env loadEnv, d time.Duration) (result, error) {
 	argv := []string{g.self, "httpload", "-url", g.url, "-method", g.method, "-body", g.body,
 		"-c", strconv.Itoa(env.conc), "-d", d.String()}
-	keys := make([]string, 0, len(g.headers))
-	for k := range g.headers {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		argv = append(argv, "-H", k+": "+g.headers[k])
+	return execGoLoad(ctx, env, d, argv, g.headers)
+}
+
+// execGoLoad runs one of this binary's load subcommands (argv: the binary,
+// the subcommand, its flags) with headers as -H flags in name order, and
+// reads the result JSON it prints.
+func execGoLoad(ctx context.Context, env loadEnv, d time.Duration, argv []string, headers map[string]string) (result, error) {
+	for _, k := range slices.Sorted(maps.Keys(headers)) {
+		argv = append(argv, "-H", k+": "+headers[k])
 	}
 	x, err := execLoad(ctx, env, d, env.dir, argv...)
 	if err != nil {
@@ -432,7 +419,7 @@ func (g goLoad) run(ctx context.Context, env loadEnv, d time.Duration) (result, 
 	}
 	var r result
 	if err := json.Unmarshal(x.stdout, &r); err != nil {
-		return result{}, fmt.Errorf("httpload output: %w", err)
+		return result{}, fmt.Errorf("%s output: %w", argv[1], err)
 	}
 	r.CPULoadgen = x.cpu
 	return r, nil

@@ -24,7 +24,7 @@ func (barePing) Ping(context.Context, *shebav1.PingRequest) (*shebav1.PingRespon
 }
 
 // BenchmarkGRPCPing calls Ping over loopback gRPC from 50 goroutines, as
-// make bench's ping-grpc does with ghz: sheba's whole server (with its API
+// make bench's ping-grpc does with grpcload: sheba's whole server (with its API
 // key, limits high enough never to reject, the log at warn, tracing off and
 // tracing on with the call not sampled), and a bare grpc-go server with
 // the same RPC in the same process, the baseline of the ratio. The client's

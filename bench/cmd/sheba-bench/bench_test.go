@@ -236,37 +236,6 @@ BENCHJSON {"requests":100000,"duration_us":5000000,"p50_us":1900,"p90_us":3000,"
 	}
 }
 
-func TestParseGhz(t *testing.T) {
-	out := []byte(`{"count":60050,"total":5000000000,"rps":12010,
-		"statusCodeDistribution":{"OK":60000,"Canceled":34,"Unavailable":16},
-		"errorDistribution":{"rpc error: code = Canceled desc = grpc: the client connection is closing":34,
-			"rpc error: code = Unavailable desc = transport is closing":16},
-		"latencyDistribution":[{"percentage":50,"latency":3100000},{"percentage":90,"latency":5000000},{"percentage":99,"latency":15000000}],
-		"details":[]}`)
-	got, err := parseGhz(out, 50)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := result{
-		Requests: 60000, Seconds: 5, RPS: 12000, OKPerSec: 12000,
-		P50ms: 3.1, P90ms: 5, P99ms: 15, LatencyOf: "ok",
-		Statuses: map[string]int64{"OK": 60000},
-		ErrorMessages: map[string]int64{
-			"rpc error: code = Canceled desc = grpc: the client connection is closing": 34,
-			"rpc error: code = Unavailable desc = transport is closing":                16,
-		},
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("parseGhz (-want +got):\n%s", diff)
-	}
-	// More cut calls than workers are real failures and stay.
-	got, _ = parseGhz([]byte(`{"count":100,"total":1000000000,"statusCodeDistribution":{"OK":40,"Unavailable":60},
-		"errorDistribution":{"rpc error: code = Unavailable desc = transport is closing":60}}`), 50)
-	if got.Statuses["Unavailable"] != 60 || got.Requests != 100 {
-		t.Errorf("Unavailable = %d of %d, want 60 of 100 kept", got.Statuses["Unavailable"], got.Requests)
-	}
-}
-
 func TestParsePgbench(t *testing.T) {
 	out := []byte(`pgbench (15.18 (Debian 15.18-0+deb12u1))
 transaction type: /tmp/get-subscription.pgbench

@@ -5,19 +5,24 @@ import (
 	"bytes"
 	"context"
 	_ "embed"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"text/template"
 	"time"
+
+	"google.golang.org/protobuf/proto"
 )
 
 // result is what one load run measured.
@@ -32,7 +37,8 @@ type result struct {
 	P90ms    float64 `json:"p90_ms"`
 	P99ms    float64 `json:"p99_ms"`
 	// LatencyOf says which answers the percentiles cover: "all" (wrk,
-	// pgbench), "ok" (ghz: non-OK calls are left out) or "2xx" (httpload).
+	// pgbench), "ok" (grpcload: non-OK calls are left out) or "2xx"
+	// (httpload).
 	LatencyOf string `json:"latency_of"`
 	// Statuses counts answers by HTTP status, gRPC code name, or "ok" and
 	// "failed" for pgbench.
@@ -40,7 +46,7 @@ type result struct {
 	// SocketErrors counts requests that got no answer, by cause.
 	SocketErrors map[string]int64 `json:"socket_errors,omitempty"`
 	// ErrorMessages counts error texts where the generator reports them
-	// (ghz).
+	// (grpcload).
 	ErrorMessages map[string]int64 `json:"error_messages,omitempty"`
 
 	// CPULoadgen is the load generator's CPU time over the run's wall time.
@@ -250,103 +256,31 @@ func countRange(statuses map[string]int64, lo, hi int) int64 {
 	return n
 }
 
-// ---------------------------------------------------------------- ghz
+// ---------------------------------------------------------------- grpcload
 
-// ghzLoad drives gRPC with ghz: conc workers over one connection (ghz's
-// default, as a typical client), unary calls, each worker with one call in
-// flight.
-type ghzLoad struct {
-	bin string
-	// protoset is the descriptor set of the service's file and every file
-	// it imports (gen/sheba.binpb): ping.proto imports google/api's and
-	// buf/validate's, which live outside proto/ (scripts/protodeps.sh).
-	protoset string
-	call     string // package.Service.Method
+// grpcLoad runs this binary's grpcload subcommand (see grpcload.go): conc
+// workers over conns connections (one, as a typical client), unary calls,
+// each worker with one call in flight.
+type grpcLoad struct {
+	self     string
 	addr     string
+	method   string        // "/package.Service/Method"
+	request  proto.Message // encoded once, here
 	metadata map[string]string
+	conns    int
 }
 
-func (g ghzLoad) tool() string { return "ghz" }
+func (g grpcLoad) tool() string { return "grpcload (Go)" }
 
-func (g ghzLoad) run(ctx context.Context, env loadEnv, d time.Duration) (result, error) {
-	argv := []string{g.bin, "--insecure", "--protoset=" + g.protoset, "--call=" + g.call,
-		"--data={}", "-c", strconv.Itoa(env.conc), "-z", d.String(), "--cpus=1", "--timeout=10s", "-O", "json"}
-	if len(g.metadata) > 0 {
-		md, _ := json.Marshal(g.metadata)
-		argv = append(argv, "--metadata="+string(md))
-	}
-	argv = append(argv, g.addr)
-	x, err := execLoad(ctx, env, d, env.dir, argv...)
+func (g grpcLoad) run(ctx context.Context, env loadEnv, d time.Duration) (result, error) {
+	req, err := proto.Marshal(g.request)
 	if err != nil {
 		return result{}, err
 	}
-	r, err := parseGhz(x.stdout, env.conc)
-	r.CPULoadgen = x.cpu
-	return r, err
-}
-
-// parseGhz reads ghz's JSON report. When -z runs out, ghz cancels the calls
-// still in flight and counts them as Canceled: at most one per worker, an
-// artifact of stopping rather than an answer, so they are left out.
-func parseGhz(out []byte, conc int) (result, error) {
-	var rep struct {
-		Count               int64            `json:"count"`
-		Total               time.Duration    `json:"total"`
-		Rps                 float64          `json:"rps"`
-		StatusCodeDist      map[string]int64 `json:"statusCodeDistribution"`
-		ErrorDist           map[string]int64 `json:"errorDistribution"`
-		LatencyDistribution []struct {
-			Percentage int           `json:"percentage"`
-			Latency    time.Duration `json:"latency"`
-		} `json:"latencyDistribution"`
-	}
-	if err := json.Unmarshal(out, &rep); err != nil {
-		return result{}, fmt.Errorf("ghz output: %w: %s", err, lastLines(string(out), 5))
-	}
-	r := result{Requests: rep.Count, Seconds: rep.Total.Seconds(), RPS: rep.Rps, LatencyOf: "ok", Statuses: rep.StatusCodeDist, ErrorMessages: rep.ErrorDist}
-	if r.Statuses == nil {
-		r.Statuses = map[string]int64{}
-	}
-	// Calls cut by ghz closing its connection at the end: "the client
-	// connection is closing" (Canceled) and "transport is closing"
-	// (Unavailable). At most one per worker; more would be real failures.
-	cut := map[string]int64{}
-	var nCut int64
-	for msg, n := range r.ErrorMessages {
-		if !strings.Contains(msg, "is closing") {
-			continue
-		}
-		for _, code := range []string{"Canceled", "Unavailable"} {
-			if strings.Contains(msg, "code = "+code+" ") {
-				cut[code] += n
-				nCut += n
-			}
-		}
-	}
-	if nCut > 0 && nCut <= int64(conc) {
-		for code, n := range cut {
-			if r.Statuses[code] -= n; r.Statuses[code] <= 0 {
-				delete(r.Statuses, code)
-			}
-		}
-		r.Requests -= nCut
-	}
-	if r.Seconds > 0 {
-		r.RPS = float64(r.Requests) / r.Seconds
-		r.OKPerSec = float64(r.Statuses["OK"]) / r.Seconds
-	}
-	for _, l := range rep.LatencyDistribution {
-		ms := float64(l.Latency) / float64(time.Millisecond)
-		switch l.Percentage {
-		case 50:
-			r.P50ms = ms
-		case 90:
-			r.P90ms = ms
-		case 99:
-			r.P99ms = ms
-		}
-	}
-	return r, nil
+	argv := []string{g.self, "grpcload", "-addr", g.addr, "-method", g.method,
+		"-request", base64.StdEncoding.EncodeToString(req), "-conns", strconv.Itoa(max(g.conns, 1)),
+		"-c", strconv.Itoa(env.conc), "-d", d.String(), "-timeout", "10s"}
+	return execGoLoad(ctx, env, d, argv, g.metadata)
 }
 
 // ---------------------------------------------------------------- pgbench
@@ -469,13 +403,15 @@ func (g goLoad) tool() string { return "httpload (Go)" }
 func (g goLoad) run(ctx context.Context, env loadEnv, d time.Duration) (result, error) {
 	argv := []string{g.self, "httpload", "-url", g.url, "-method", g.method, "-body", g.body,
 		"-c", strconv.Itoa(env.conc), "-d", d.String()}
-	keys := make([]string, 0, len(g.headers))
-	for k := range g.headers {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		argv = append(argv, "-H", k+": "+g.headers[k])
+	return execGoLoad(ctx, env, d, argv, g.headers)
+}
+
+// execGoLoad runs one of this binary's load subcommands (argv: the binary,
+// the subcommand, its flags) with headers as -H flags in name order, and
+// reads the result JSON it prints.
+func execGoLoad(ctx context.Context, env loadEnv, d time.Duration, argv []string, headers map[string]string) (result, error) {
+	for _, k := range slices.Sorted(maps.Keys(headers)) {
+		argv = append(argv, "-H", k+": "+headers[k])
 	}
 	x, err := execLoad(ctx, env, d, env.dir, argv...)
 	if err != nil {
@@ -483,7 +419,7 @@ func (g goLoad) run(ctx context.Context, env loadEnv, d time.Duration) (result, 
 	}
 	var r result
 	if err := json.Unmarshal(x.stdout, &r); err != nil {
-		return result{}, fmt.Errorf("httpload output: %w", err)
+		return result{}, fmt.Errorf("%s output: %w", argv[1], err)
 	}
 	r.CPULoadgen = x.cpu
 	return r, nil

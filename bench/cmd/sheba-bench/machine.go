@@ -22,7 +22,6 @@ type machine struct {
 	Kernel      string `json:"kernel"`
 	GoVersion   string `json:"go_version"`
 	Wrk         string `json:"wrk,omitempty"`
-	Ghz         string `json:"ghz,omitempty"`
 	Pgbench     string `json:"pgbench,omitempty"`
 	Postgres    string `json:"postgres,omitempty"`
 	Taskset     bool   `json:"taskset"`

@@ -12,7 +12,7 @@
 // -chart draws it again from a results file).
 //
 // Servers (sheba, the baselines and Postgres) run on one CPU and the load
-// generator (wrk, ghz, pgbench or the Go client) on another, with taskset,
+// generator (wrk, pgbench or the Go clients) on another, with taskset,
 // the same for both sides.
 //
 // Usage, from the repository root:
@@ -48,6 +48,8 @@ func main() {
 		switch os.Args[1] {
 		case "httpload":
 			exit(httpload(os.Args[2:]))
+		case "grpcload":
+			exit(grpcload(os.Args[2:]))
 		case "otlpsink":
 			exit(otlpsink(os.Args[2:]))
 		case "eventload":
@@ -89,6 +91,7 @@ type options struct {
 	warmup       time.Duration
 	pause        time.Duration
 	conc         int
+	grpcConns    int
 	loginConc    int
 	inflightHigh int
 	inflightLow  int
@@ -131,7 +134,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.duration, "d", 5*time.Second, "length of each measured run (whole seconds)")
 	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "warm-up of each side before a scenario's runs (0 for none)")
 	fs.DurationVar(&o.pause, "pause", 100*time.Millisecond, "pause between runs")
-	fs.IntVar(&o.conc, "c", 50, "concurrency: connections, each with one request in flight (pgbench: clients)")
+	fs.IntVar(&o.conc, "c", 50, "concurrency: connections, each with one request in flight (pgbench: clients; grpcload: workers)")
+	fs.IntVar(&o.grpcConns, "grpc-conns", 1, "connections of the gRPC rows' load generator (grpcload), its -c workers spread over them")
 	cores := runtime.NumCPU()
 	fs.IntVar(&o.loginConc, "login-c", 4*cores*4, "concurrency of login-overload: 4x the hashes the machine runs at once (cores x 4)")
 	fs.IntVar(&o.inflightHigh, "inflight-high", 10000, "SHEBA_LIMITS_MAX_INFLIGHT of every sheba but the shedding one (never reached)")
@@ -194,6 +198,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return o, usageError("-warmup must be whole seconds up to 10m")
 	case o.conc < 1 || o.conc > 1000:
 		return o, usageError("-c must be 1..1000")
+	case o.grpcConns < 1 || o.grpcConns > o.conc:
+		return o, usageError("-grpc-conns must be 1..-c")
 	case o.loginConc < 1 || o.loginConc > 1000:
 		return o, usageError("-login-c must be 1..1000")
 	case o.inflightLow < 1 || o.inflightHigh < 1:
@@ -265,7 +271,7 @@ type bench struct {
 
 // binaries are the paths of the programs the run uses.
 type binaries struct {
-	sheba, httpping, grpcping, pgping, hookecho, ghz, wrk, pgbench, pgBindir string
+	sheba, httpping, grpcping, pgping, hookecho, wrk, pgbench, pgBindir string
 	// peers are the programs of bench/peers by key.
 	peers map[string]string
 }
@@ -351,7 +357,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 
 	started := time.Now()
 	logf("building sheba and the baselines")
-	if err := b.build(ctx, want(slices.Concat([]string{"ping-grpc"}, scenarioGroups[scenPeerGRPC])...), want(peerScenarioNames...)); err != nil {
+	if err := b.build(ctx, want(peerScenarioNames...)); err != nil {
 		return err
 	}
 	b.tracing = tracingProtocol(buildDeps(b.bins.sheba))
@@ -390,9 +396,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	m.Wrk = firstLine(ctx, "/", b.bins.wrk, "-v")
 	m.Pgbench = firstLine(ctx, "/", filepath.Join(b.bins.pgBindir, "pgbench"), "--version")
 	m.Postgres = firstLine(ctx, "/", filepath.Join(b.bins.pgBindir, "postgres"), "--version")
-	if b.bins.ghz != "" {
-		m.Ghz = buildDeps(b.bins.ghz)["github.com/bojand/ghz"]
-	}
 	m.Peers = b.peerVersions
 
 	rep := report{Started: started.UTC(), Machine: m, Options: reportOptions(opts, b)}
@@ -516,10 +519,9 @@ func findPgbench(bindir string) (string, error) {
 	return "", errors.New("pgbench not found: install it (Debian: apt-get install postgresql-contrib or postgresql-client)")
 }
 
-// build compiles sheba, the baselines, for gRPC scenarios ghz (pinned in
-// tools/go.mod), and for the peer rows the peers (bench/peers) into the
-// run's folder.
-func (b *bench) build(ctx context.Context, withGhz, withPeers bool) error {
+// build compiles sheba, the baselines, and for the peer rows the peers
+// (bench/peers) into the run's folder.
+func (b *bench) build(ctx context.Context, withPeers bool) error {
 	bin := filepath.Join(b.dir, "bin")
 	b.bins.sheba = filepath.Join(bin, "sheba")
 	b.bins.httpping = filepath.Join(bin, "httpping")
@@ -542,14 +544,6 @@ func (b *bench) build(ctx context.Context, withGhz, withPeers bool) error {
 	if err := gobuild(nil, "-o", bin+"/", "./bench/baseline/httpping", "./bench/baseline/grpcping", "./bench/baseline/pgping",
 		"./bench/baseline/hookecho"); err != nil {
 		return err
-	}
-	if withGhz {
-		b.bins.ghz = filepath.Join(bin, "ghz")
-		// Built once rather than run through `go tool`, so that no go command
-		// sits between the driver and the load generator.
-		if err := gobuild([]string{"GOWORK=off"}, "-modfile=tools/go.mod", "-o", b.bins.ghz, "github.com/bojand/ghz/cmd/ghz"); err != nil {
-			return fmt.Errorf("%w\nghz is pinned in tools/go.mod: GOWORK=off go get -tool -modfile=tools/go.mod github.com/bojand/ghz/cmd/ghz@VERSION", err)
-		}
 	}
 	if withPeers {
 		return b.buildPeers(ctx, bin)

@@ -106,6 +106,7 @@ func reportOptions(o options, b *bench) map[string]any {
 		"duration":      o.duration.String(),
 		"warmup":        o.warmup.String(),
 		"concurrency":   o.conc,
+		"grpc_conns":    o.grpcConns,
 		"login_c":       o.loginConc,
 		"inflight_high": o.inflightHigh,
 		"inflight_low":  o.inflightLow,

@@ -3,8 +3,9 @@ package main
 import (
 	"fmt"
 	"os/exec"
-	"path/filepath"
 	"slices"
+
+	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 )
 
 // side is one of the two things a scenario compares.
@@ -105,9 +106,9 @@ func (b *bench) scenarios() []scenario {
 			return wrkLoad{bin: b.bins.wrk, baseURL: s.httpURL, script: wrkScript{Method: "GET", Path: path, Headers: h}}
 		}
 	}
-	ghzPing := func(s *server) load {
-		return ghzLoad{bin: b.bins.ghz, protoset: filepath.Join(b.repo, "gen/sheba.binpb"),
-			call: "sheba.v1.PingService.Ping", addr: s.grpcAddr, metadata: md}
+	grpcPingLoad := func(s *server) load {
+		return grpcLoad{self: b.self, addr: s.grpcAddr, method: shebav1.PingService_Ping_FullMethodName,
+			request: &shebav1.PingRequest{}, metadata: md, conns: o.grpcConns}
 	}
 	getSub := func(s *server) load {
 		return wrkLoad{bin: b.bins.wrk, baseURL: s.httpURL, script: wrkScript{Method: "GET", Path: "/v1/accounts/" + accountID(1) + "/subscription",
@@ -130,8 +131,8 @@ func (b *bench) scenarios() []scenario {
 		{
 			name:  "ping-grpc",
 			about: "PingService/Ping over gRPC, against a bare grpc-go server with the same RPC",
-			a:     side{label: "sheba", server: srvSheba, expect: []string{"OK"}, load: ghzPing},
-			b:     side{label: "grpc-go", server: srvGRPCPing, expect: []string{"OK"}, load: ghzPing},
+			a:     side{label: "sheba", server: srvSheba, expect: []string{"OK"}, load: grpcPingLoad},
+			b:     side{label: "grpc-go", server: srvGRPCPing, expect: []string{"OK"}, load: grpcPingLoad},
 			conc:  o.conc,
 		},
 		{
@@ -212,5 +213,5 @@ func (b *bench) scenarios() []scenario {
 	all = append(all, b.hookScenarios(wrkGet("/v1/ping", hdr), getSub)...)
 	all = append(all, b.browserScenarios(hdr, wrkGet("/v1/ping", hdr))...)
 	all = append(all, b.standbyScenario(getSub))
-	return append(all, b.peerScenarios(wrkGet("/v1/ping", hdr), ghzPing)...)
+	return append(all, b.peerScenarios(wrkGet("/v1/ping", hdr), grpcPingLoad)...)
 }

@@ -70,8 +70,9 @@ func (h *JSONHandler) writeLine(t time.Time, level slog.Level, attrs []slog.Attr
 	b = append(b, level.String()...)
 	b = append(b, `","msg":"request"`...)
 	for _, a := range attrs {
+		// The keys are this package's, none to escape.
 		b = append(b, ',', '"')
-		b = appendJSONString(b, a.Key)
+		b = append(b, a.Key...)
 		b = append(b, '"', ':')
 		switch a.Value.Kind() {
 		case slog.KindDuration:
@@ -104,11 +105,11 @@ var linePool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b
 func appendJSONString(b []byte, s string) []byte {
 	start := 0
 	for i := 0; i < len(s); {
+		if jsonSafe[s[i]] {
+			i++
+			continue
+		}
 		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
 			b = append(b, s[start:i]...)
 			switch c {
 			case '"', '\\':
@@ -147,3 +148,12 @@ func appendJSONString(b []byte, s string) []byte {
 }
 
 const hexDigits = "0123456789abcdef"
+
+// jsonSafe holds true for the bytes written as they are: printable ASCII
+// and DEL, but for " and \.
+var jsonSafe = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()

@@ -11,7 +11,7 @@ import (
 
 // JSONHandler is slog's JSONHandler with one addition: the request line of
 // an interceptor logging to it is appended straight into the bytes
-// slog.JSONHandler would write, without a slog.Record (see appendLine).
+// slog.JSONHandler would write, without a slog.Record (see writeLine).
 // Every other line, and every handler derived with WithAttrs or WithGroup,
 // is slog's own, on the same writer.
 //
@@ -53,14 +53,18 @@ func (w *lockedWriter) Write(p []byte) (int, error) {
 // writeLine writes the request line in slog.JSONHandler's format. It
 // reports false, having written nothing, for what only slog writes right.
 //
-// Hand-written because slog.JSONHandler spends about 1 µs on this line
-// (a handle state and a buffer from pools, every key escaped, each
-// attribute through its generic path): sheba's most frequent line, once
-// per call. The bytes are slog's: TestSameAsSlog compares them with
-// slog.JSONHandler's for the same calls.
+// Hand-written because slog.JSONHandler spends about 1.2 µs of CPU on this
+// line (a handle state and a buffer from pools, every key escaped, each
+// attribute through its generic path) and this about 0.25 µs
+// (BenchmarkLine), on sheba's most frequent line, once per call. zap's and
+// zerolog's slog handlers measured no cheaper than slog's behind the
+// slog.Handler interface, and write another field order. The bytes are
+// slog's: TestSameAsSlog compares them with slog.JSONHandler's for the
+// same calls.
 func (h *JSONHandler) writeLine(t time.Time, level slog.Level, attrs []slog.Attr) bool {
-	// slog writes an error in place of a year RFC 3339 cannot hold.
-	if y := t.Year(); y < 0 || y >= 10000 {
+	// slog leaves out a zero time, and writes an error in place of a year
+	// RFC 3339 cannot hold.
+	if y := t.Year(); t.IsZero() || y < 0 || y >= 10000 {
 		return false
 	}
 	bp := linePool.Get().(*[]byte)

@@ -66,6 +66,7 @@ func lineCalls() []lineCall {
 		{name: "year 9999", at: time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC), took: 1, method: "/m", transport: "grpc", requestID: "req-16"},
 		{name: "year 10000", at: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), took: 1, method: "/m", transport: "grpc", requestID: "req-17"},
 		{name: "year -1", at: time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC), took: 1, method: "/m", transport: "grpc", requestID: "req-18"},
+		{name: "zero time", took: 1, method: "/m", transport: "grpc", requestID: "req-20"},
 		{name: "long values", at: t0, took: 1, method: "/" + strings.Repeat("m\"", 10000), transport: "grpc", requestID: "req-19", err: status.Error(codes.InvalidArgument, strings.Repeat("é\n", 5000))},
 	}
 }
@@ -149,7 +150,7 @@ func TestSameAsSlog(t *testing.T) {
 		}
 		// The levels filter: Debug and Info write every call, Warn the
 		// failures, Error none.
-		if wantLines := map[slog.Level]int{slog.LevelDebug: 20, slog.LevelInfo: 20, slog.LevelWarn: 5, slog.LevelError: 0}[level]; lines != wantLines {
+		if wantLines := map[slog.Level]int{slog.LevelDebug: 21, slog.LevelInfo: 21, slog.LevelWarn: 5, slog.LevelError: 0}[level]; lines != wantLines {
 			t.Errorf("%v: %d lines written, want %d", level, lines, wantLines)
 		}
 	}

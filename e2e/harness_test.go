@@ -25,6 +25,7 @@ import (
 	"github.com/shebasvc/sheba/e2e/resttest"
 	"github.com/shebasvc/sheba/e2e/shebaproc"
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
+	"github.com/shebasvc/sheba/interceptors/requestlog"
 	"github.com/shebasvc/sheba/internal/app"
 	"github.com/shebasvc/sheba/store/storetest"
 )
@@ -146,7 +147,9 @@ func startTestEnv(t testing.TB, setup envSetup) *testEnv {
 	t.Cleanup(pool.Close)
 
 	logs := &shebaproc.Buffer{}
-	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	// The handler serve builds, so that the request lines read here are
+	// the ones it writes.
+	log := slog.New(requestlog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	opts := []app.Option{app.WithHealthInterval(500 * time.Millisecond)}
 	if setup.tp != nil {
 		opts = append(opts, app.WithTracerProvider(setup.tp))

@@ -18,6 +18,7 @@ import (
 	"github.com/shebasvc/sheba/config"
 	"github.com/shebasvc/sheba/gen/openapiv2"
 	"github.com/shebasvc/sheba/gen/openapiv3"
+	"github.com/shebasvc/sheba/interceptors/requestlog"
 	"github.com/shebasvc/sheba/internal/app"
 	"github.com/shebasvc/sheba/store"
 )
@@ -142,7 +143,9 @@ func newLogger(c config.Log, w io.Writer) *slog.Logger {
 	if c.Format == "text" {
 		return slog.New(slog.NewTextHandler(w, opts))
 	}
-	return slog.New(slog.NewJSONHandler(w, opts))
+	// slog's JSON handler, on which the request line skips slog's record
+	// (requestlog.JSONHandler).
+	return slog.New(requestlog.NewJSONHandler(w, opts))
 }
 
 func serve(ctx context.Context, args []string, lookup func(string) (string, bool), stderr io.Writer) error {

@@ -26,6 +26,7 @@ const maxRequestIDLen = 128
 type options struct {
 	transport func(ctx context.Context) (transport, peer string)
 	planned   func(err error) bool
+	now       func() time.Time // time.Now; tests set a clock
 }
 
 // Option configures the interceptor.
@@ -48,13 +49,20 @@ func WithPlannedEnds(f func(err error) bool) Option {
 // UnaryServerInterceptor assigns request ids and logs one line per call to
 // log.
 func UnaryServerInterceptor(log *slog.Logger, opts ...Option) grpc.UnaryServerInterceptor {
-	o := options{transport: func(context.Context) (string, string) { return "grpc", "" }}
+	o := options{transport: func(context.Context) (string, string) { return "grpc", "" }, now: time.Now}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	h := log.Handler()
+	// On sheba's own JSON handler the line is written without slog's
+	// record and handler (JSONHandler.writeLine); on any other handler, as
+	// slog would.
+	direct, _ := h.(*JSONHandler)
+	if direct != nil && !direct.direct {
+		direct = nil
+	}
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		start := time.Now()
+		start := o.now()
 		ci := callinfo.FromContext(ctx)
 		if ci == nil {
 			// Whoever makes the Info sends its headers (callinfo.NewContext):
@@ -79,18 +87,12 @@ func UnaryServerInterceptor(log *slog.Logger, opts ...Option) grpc.UnaryServerIn
 			return resp, err
 		}
 		transport, peer := o.transport(ctx)
-		// The record goes to the handler straight, as Logger.LogAttrs would
-		// hand it but without the caller's program counter, which sheba's
-		// handlers do not print (no AddSource) and which cost a tenth of
-		// the line (runtime.Callers).
-		r := slog.NewRecord(time.Now(), level, "request", 0)
-		// Added at once, so that the record grows its attributes past the
-		// five it holds inline once.
+		end := o.now()
 		attrs := [...]slog.Attr{
 			slog.String("method", info.FullMethod),
 			slog.String("transport", transport),
 			slog.String("code", code.String()),
-			slog.Duration("duration", r.Time.Sub(start)),
+			slog.Duration("duration", end.Sub(start)),
 			slog.String("request_id", ci.RequestID),
 			slog.String("api_key_id", ci.CallerID),
 			slog.String("peer", peer),
@@ -116,6 +118,16 @@ func UnaryServerInterceptor(log *slog.Logger, opts ...Option) grpc.UnaryServerIn
 			attrs[n] = slog.String("error", status.Convert(err).Message())
 			n++
 		}
+		if direct != nil && direct.writeLine(end, level, attrs[:n]) {
+			return resp, err
+		}
+		// The record goes to the handler straight, as Logger.LogAttrs would
+		// hand it but without the caller's program counter, which sheba's
+		// handlers do not print (no AddSource) and which cost a tenth of
+		// the line (runtime.Callers).
+		r := slog.NewRecord(end, level, "request", 0)
+		// Added at once, so that the record grows its attributes past the
+		// five it holds inline once.
 		r.AddAttrs(attrs[:n]...)
 		_ = h.Handle(ctx, r)
 		return resp, err

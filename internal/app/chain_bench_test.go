@@ -22,6 +22,7 @@ import (
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/interceptors/concurrency"
 	"github.com/shebasvc/sheba/interceptors/metrics"
+	"github.com/shebasvc/sheba/interceptors/requestlog"
 )
 
 // benchStream is the server transport stream the chain sees in a real call
@@ -136,7 +137,7 @@ func benchDeps(tb testing.TB, cfg config.Config) chainDeps {
 		rate:      rate,
 		authn:     authn,
 		keyIDs:    ids,
-		log:       slog.New(slog.NewJSONHandler(io.Discard, nil)),
+		log:       slog.New(requestlog.NewJSONHandler(io.Discard, nil)), // as serve's
 		inflight:  concurrency.NewLimiter(cfg.Limits.MaxInflight),
 		metrics:   m,
 	}

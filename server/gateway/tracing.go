@@ -28,7 +28,7 @@ const tracerName = "github.com/shebasvc/sheba/server/gateway"
 // a REST ping cost (make bench, ping-rest). Here a request whose span does
 // not record costs the Extract and the Start, and the attributes are built
 // only for the spans that are kept.
-func serverSpans(next http.Handler, tp trace.TracerProvider, routes *routeTable) http.Handler {
+func serverSpans(next http.Handler, tp trace.TracerProvider) http.Handler {
 	tracer := tp.Tracer(tracerName)
 	prop := propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -40,8 +40,9 @@ func serverSpans(next http.Handler, tp trace.TracerProvider, routes *routeTable)
 			next.ServeHTTP(w, r)
 			return
 		}
-		route := routes.template(r.Method, r.URL.Path)
-		if route != "" {
+		// The route the REST call found (newRESTCall).
+		if rc := restCallOf(ctx); rc != nil && rc.route != nil {
+			route := rc.route.template
 			span.SetName(r.Method + " " + route)
 			span.SetAttributes(semconv.HTTPRoute(route))
 		}

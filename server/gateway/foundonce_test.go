@@ -131,3 +131,28 @@ func TestChannelCallsOutsideRESTAuthenticate(t *testing.T) {
 		t.Fatal("a call without a key through a chain that knows none succeeded")
 	}
 }
+
+// TestDirectRoutesAsTheMux: a path the route table would find but the mux
+// splits otherwise (a trailing or doubled slash) is the mux's to answer, as
+// it was: 404; a route's path under another method is 405.
+func TestDirectRoutesAsTheMux(t *testing.T) {
+	h, _ := keyOnceGateway(t)
+	for _, test := range []struct {
+		method, path string
+		want         int
+	}{
+		{http.MethodGet, "/v1/ping", http.StatusOK},
+		{http.MethodGet, "/v1/ping/", http.StatusNotFound},
+		{http.MethodGet, "//v1/ping", http.StatusNotFound},
+		{http.MethodGet, "/v1//ping", http.StatusNotFound},
+		{http.MethodPost, "/v1/ping", http.StatusMethodNotAllowed},
+	} {
+		req := httptest.NewRequestWithContext(t.Context(), test.method, test.path, nil)
+		req.Header.Set("X-Api-Key", testKey)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != test.want {
+			t.Errorf("%s %s: got HTTP %d %s, want %d", test.method, test.path, rec.Code, rec.Body, test.want)
+		}
+	}
+}

@@ -31,6 +31,8 @@ type route struct {
 	// the variables by their JSON names: /v1/accounts/{accountId}. It
 	// names the route in spans (tracing.go).
 	template string
+	// spanName names its spans: "GET /v1/accounts/{accountId}".
+	spanName string
 	segments []string // "{name}" matches any one segment
 	// verb ends the path (":rotateSecret" of
 	// /v1/webhookEndpoints/{endpointId}:rotateSecret), after the last
@@ -135,8 +137,10 @@ func newRoute(m shebav1.MethodTable) (route, error) {
 		vars[i] = name
 		nvars++
 	}
+	template := "/" + strings.Join(segments, "/") + verb
 	return route{
-		template: "/" + strings.Join(segments, "/") + verb,
+		template: template,
+		spanName: m.HTTP.Method + " " + template,
 		segments: segments,
 		verb:     verb,
 		method:   m.HTTP.Method,

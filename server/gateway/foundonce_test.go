@@ -54,16 +54,23 @@ func keyOnceGateway(t *testing.T) (http.Handler, *countingAuthn) {
 		t.Fatal(err)
 	}
 	authn := &countingAuthn{Authenticator: apikey.New([]apikey.Key{key}, nil)}
+	rest, err := gateway.New(t.Context(), keylessPingChannel(), gateway.Options{MaxBodyBytes: 1 << 20, MaxConcurrentBodies: 4, Authenticator: authn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rest, authn
+}
+
+// keylessPingChannel is a Channel serving Ping behind a chain whose
+// Authenticator knows no key and no public method: it refuses every call
+// whose caller it must find itself.
+func keylessPingChannel() *gateway.Channel {
 	chain := auth.UnaryServerInterceptor(apikey.New(nil, nil).Authenticate)
 	channel := gateway.NewChannel(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		return chain(ctx, req, info, handler)
 	})
 	channel.RegisterService(&shebav1.PingService_ServiceDesc, pingServer{})
-	rest, err := gateway.New(t.Context(), channel, gateway.Options{MaxBodyBytes: 1 << 20, MaxConcurrentBodies: 4, Authenticator: authn})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rest, authn
+	return channel
 }
 
 // TestRESTKeyCheckedOnce: a REST call's key is checked once, by the
@@ -121,12 +128,7 @@ func TestRESTVerdictNotForged(t *testing.T) {
 // did not come through the gateway's REST handler carries no verdict: the
 // chain reads and checks its key itself.
 func TestChannelCallsOutsideRESTAuthenticate(t *testing.T) {
-	chain := auth.UnaryServerInterceptor(apikey.New(nil, nil).Authenticate)
-	channel := gateway.NewChannel(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		return chain(ctx, req, info, handler)
-	})
-	channel.RegisterService(&shebav1.PingService_ServiceDesc, pingServer{})
-	_, err := shebav1.NewPingServiceClient(channel).Ping(t.Context(), &shebav1.PingRequest{})
+	_, err := shebav1.NewPingServiceClient(keylessPingChannel()).Ping(t.Context(), &shebav1.PingRequest{})
 	if err == nil {
 		t.Fatal("a call without a key through a chain that knows none succeeded")
 	}

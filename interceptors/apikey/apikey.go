@@ -212,6 +212,39 @@ func (a *Authenticator) Known(apiKey, authorization string) bool {
 	return err == nil && a.lookup(key) != nil
 }
 
+// Verdict is what a guard in front of the chain found of a request's
+// credentials (Check): the configured key they hold, if any. A guard that
+// answers Verdict.ContextValue from its context's Value hands the chain
+// the caller it found, and Authenticate takes it as it takes the gRPC
+// tap's (AuthenticateMetadata): the key is not hashed again. Only Check
+// makes a Verdict that holds a key, and the context key it answers is of
+// a type of this package, so nothing a client sends can stand for one.
+type Verdict struct{ key *Key }
+
+// Check reads the credentials as Known does and returns the key they hold.
+// Like Known it counts no rejection.
+func (a *Authenticator) Check(apiKey, authorization string) Verdict {
+	key, err := keyFrom(apiKey, authorization)
+	if err != nil {
+		return Verdict{}
+	}
+	return Verdict{key: a.lookup(key)}
+}
+
+// Known reports whether the credentials held a configured key.
+func (v Verdict) Known() bool { return v.key != nil }
+
+// ContextValue returns what a context that carries v answers for key: the
+// caller, and true, for the key Authenticate asks for when v holds a key;
+// false for any other key, which the context answers as it would without
+// v. A context carries it for the one call whose credentials were checked.
+func (v Verdict) ContextValue(key any) (any, bool) {
+	if v.key != nil && key == (idKey{}) {
+		return v.key, true
+	}
+	return nil, false
+}
+
 // Public reports whether method (a full method name) is callable without a
 // key.
 func (a *Authenticator) Public(method string) bool { return a.public[method] }

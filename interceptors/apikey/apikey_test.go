@@ -305,3 +305,46 @@ func BenchmarkAuthenticate(b *testing.B) {
 		}
 	}
 }
+
+// verdictContext is a context that carries a Verdict, as the REST
+// gateway's does.
+type verdictContext struct {
+	context.Context
+	v apikey.Verdict
+}
+
+func (c verdictContext) Value(key any) any {
+	if v, ok := c.v.ContextValue(key); ok {
+		return v
+	}
+	return c.Context.Value(key)
+}
+
+// TestVerdict: Authenticate takes the caller of a Verdict that holds a key
+// without reading the call's metadata; a Verdict without one (an unknown
+// key, or none made by Check) leaves the metadata to be read and judged.
+func TestVerdict(t *testing.T) {
+	sum := sha256.Sum256([]byte("the-key"))
+	key, err := apikey.ParseKey("caller", hex.EncodeToString(sum[:]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := apikey.New([]apikey.Key{key}, nil)
+	if !a.Check("the-key", "").Known() || !a.Check("", "Bearer the-key").Known() || a.Check("guessed", "").Known() || a.Check("", "").Known() {
+		t.Fatal("Check: want the key known from x-api-key or a bearer, and nothing else")
+	}
+	// The metadata holds a wrong key: only the verdict can identify the
+	// caller.
+	md := metadata.Pairs(apikey.MetadataKey, "guessed")
+	ctx := verdictContext{Context: metadata.NewIncomingContext(context.Background(), md), v: a.Check("the-key", "")}
+	got, err := a.Authenticate(ctx)
+	if err != nil || apikey.IDFromContext(got) != "caller" {
+		t.Errorf("with a verdict: got caller %q, error %v; want caller, nil", apikey.IDFromContext(got), err)
+	}
+	for _, v := range []apikey.Verdict{{}, a.Check("guessed", "")} {
+		ctx := verdictContext{Context: metadata.NewIncomingContext(context.Background(), md), v: v}
+		if _, err := a.Authenticate(ctx); status.Code(err) != codes.Unauthenticated {
+			t.Errorf("with a verdict of no key: got %v, want Unauthenticated", err)
+		}
+	}
+}

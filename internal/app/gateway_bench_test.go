@@ -23,7 +23,7 @@ import (
 // handler) without a network: a ping, a lookup in Postgres (and the same
 // read from a standby), and a 400 from validation, with tracing off; and a ping with tracing on and the request
 // not sampled ("ping-unsampled"), what most requests are under a ratio
-// sampler.
+// sampler, and sampled ("ping-traced").
 func BenchmarkGatewayJSON(b *testing.B) {
 	runBenchCases(b, gatewayJSONBenchCases(b))
 }
@@ -49,6 +49,10 @@ func gatewayJSONBenchCases(tb testing.TB) []benchCase {
 	}
 	untraced := handler()
 	unsampled := handler(WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))))
+	// Every request sampled and its span recorded, exported nowhere: what
+	// tracing costs the request itself (make bench's ping-rest-traced
+	// also exports).
+	sampled := handler(WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))))
 	// The lookup read from a standby (database.read_url; here the same
 	// server, whose lag is 0), for the cost of the routing.
 	standbyCfg := cfg
@@ -65,6 +69,7 @@ func gatewayJSONBenchCases(tb testing.TB) []benchCase {
 	}{
 		{"ping", http.MethodGet, "/v1/ping", "", untraced, http.StatusOK, ""},
 		{"ping-unsampled", http.MethodGet, "/v1/ping", "", unsampled, http.StatusOK, ""},
+		{"ping-traced", http.MethodGet, "/v1/ping", "", sampled, http.StatusOK, ""},
 		{"get-account", http.MethodGet, "/v1/accounts/" + a.ID, "", untraced, http.StatusOK, ""},
 		{"get-account-standby", http.MethodGet, "/v1/accounts/" + a.ID, "", viaStandby, http.StatusOK, ""},
 		{"invalid-username", http.MethodPost, "/v1/accounts", `{"username":"X","password":"password1"}`, untraced, http.StatusBadRequest, ""},

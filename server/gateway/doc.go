@@ -9,13 +9,20 @@
 //
 // Before grpc-gateway's mux, in this order (New, in gateway.go):
 //
+//   - the request's route, looked up once in the route table (the method
+//     table's routes, routes.go) and carried in its context with the
+//     method and its policy, for every step below, which reuse it: the
+//     span's name, the key check, the stream check and the call of the
+//     route's own grpc-gateway handler (direct.go);
 //   - the request's HTTP server span, when tracing is on (tracing.go);
 //   - Vary: Accept, and the choice between JSON and CBOR by Accept
 //     (accept.go);
 //   - the key before the body: a request to a method that needs an API
 //     key, without a valid one, goes on without its body, which no guard
 //     below then reads or waits for, and the chain answers it 401
-//     (keycheck.go);
+//     (keycheck.go); a key found valid here is not hashed again: the
+//     chain takes the caller it identifies (apikey.Verdict), and judges
+//     every other call itself;
 //   - 415 for a body of a type other than JSON or CBOR (accept.go);
 //   - 400 for an Idempotency-Key holding a byte that gRPC metadata cannot
 //     carry, which the gateway would drop (idempotencykey.go, by the

@@ -76,6 +76,9 @@ type Options struct {
 	RepeatedBounds *protobound.Bounds
 }
 
+// varyAccept is the Vary of an answer that has none before the gateway's.
+var varyAccept = []string{"Accept"}
+
 // New returns the REST handler of the sheba.v1 API: grpc-gateway's mux
 // calling the services over conn, so that every call passes the
 // interceptor chain (and conn makes the call's metadata of the request's
@@ -115,6 +118,16 @@ func New(ctx context.Context, conn *Channel, o Options) (http.Handler, error) {
 		return nil, err
 	}
 	json := markingMarshaler{newErrorBodies(jsonpb, bodies)}
+	// Boxed once: the rewriter below would box it on every answer.
+	var jsonMarshaler runtime.Marshaler = json
+	streamTypes, err := streamResponses(services)
+	if err != nil {
+		return nil, err
+	}
+	for i := range routes.routes {
+		routes.routes[i].public = o.Authenticator.Public(routes.routes[i].rpc)
+	}
+	capture := &handlerCapture{}
 	muxOpts := []runtime.ServeMuxOption{
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, json),
 		// By name too, so that negotiateAccept can choose JSON for a
@@ -132,10 +145,16 @@ func New(ctx context.Context, conn *Channel, o Options) (http.Handler, error) {
 		runtime.WithRoutingErrorHandler(routes.routingError),
 		runtime.WithForwardResponseOption(writeETag),
 		// A stream's shared messages (events) are written in the REST
-		// encoding every stream shares.
+		// encoding every stream shares; a unary answer is left as it is,
+		// without looking for its call.
 		runtime.WithForwardResponseRewriter(func(ctx context.Context, resp proto.Message) (any, error) {
-			return rewriteShared(ctx, resp, json)
+			if !isStreamResponse(resp, streamTypes) {
+				return resp, nil
+			}
+			return rewriteShared(ctx, resp, jsonMarshaler)
 		}),
+		// Each handler as it is registered (direct.go).
+		runtime.WithMiddlewares(capture.middleware),
 		// A form-encoded POST is not a GET in disguise: it is answered 415.
 		runtime.WithDisablePathLengthFallback(),
 	}
@@ -144,42 +163,32 @@ func New(ctx context.Context, conn *Channel, o Options) (http.Handler, error) {
 		// writes them on the others.
 		muxOpts = append(muxOpts, runtime.WithForwardResponseOption(addChainHeaders))
 	}
-	// gw has every route. A mux tries its routes of the request's method
-	// one after the other, and each route that does not match costs it
-	// allocations (a ping was tried after the six other GET routes: 10 of
-	// its allocations); so a request that the route table finds goes to
-	// the mux of that route's service alone, which answers it as gw would,
-	// and hands gw whatever it cannot route itself.
+	// gw has every route, each service registered once; a request whose
+	// route the table found goes to that route's handler (direct.go), and
+	// gw routes the others.
 	gw := runtime.NewServeMux(muxOpts...)
-	ownOpts := append(slices.Clip(muxOpts), runtime.WithRoutingErrorHandler(
-		func(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, _ int) {
-			gw.ServeHTTP(w, r)
-		}))
-	byService := make(map[string]*runtime.ServeMux, len(services))
 	for _, svc := range services {
-		own := runtime.NewServeMux(ownOpts...)
-		for _, m := range []*runtime.ServeMux{gw, own} {
-			if err := svc.RegisterGateway(ctx, m, conn); err != nil {
-				return nil, fmt.Errorf("register gateway handler: %w", err)
-			}
+		if err := svc.RegisterGateway(ctx, gw, conn); err != nil {
+			return nil, fmt.Errorf("register gateway handler: %w", err)
 		}
-		byService["/"+svc.Name] = own
+	}
+	if err := capture.probeRoutes(ctx, gw, routes); err != nil {
+		return nil, err
 	}
 
 	// The mux, with the 405s it cannot tell (routes.go) answered before
 	// it, where it answers its own.
 	mux := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if routes.misrouted(gw, w, r) {
+		rc := restCallOf(r.Context())
+		if routes.misrouted(gw, w, r, rc) {
 			return
 		}
-		target := gw
-		if rpc := routes.rpc(r.Method, r.URL.Path); rpc != "" {
-			if own, ok := byService[rpc[:strings.LastIndexByte(rpc, '/')]]; ok {
-				target = own
-			}
-		}
 		// The request's metadata is the Channel's to make (headers.go).
-		target.ServeHTTP(w, asRESTCall(r))
+		r = forMux(r)
+		if serveRoute(w, r, rc) {
+			return
+		}
+		gw.ServeHTTP(w, r)
 	})
 	// The bodies of keyed calls are decompressed within http.max_body_bytes;
 	// those of public methods' calls without a key within their own bound,
@@ -195,19 +204,26 @@ func New(ctx context.Context, conn *Channel, o Options) (http.Handler, error) {
 	slots := newBodySlots(o.MaxConcurrentBodies, o.WriteTimeout)
 	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// The answer is JSON or CBOR by Accept: caches must key on it.
-		// The room for one more value is for gzhttp's Vary:
-		// Accept-Encoding, added next: one allocation, not two.
+		// Without a Vary yet (always, but for a handler in front), the
+		// value is one slice shared by every answer, which nothing
+		// changes in place: gzhttp's Vary: Accept-Encoding, when it adds
+		// it, is appended to a copy (its capacity is its length).
 		hdr := w.Header()
-		hdr["Vary"] = append(append(make([]string, 0, len(hdr["Vary"])+2), hdr["Vary"]...), "Accept")
+		if vary := hdr["Vary"]; len(vary) == 0 {
+			hdr["Vary"] = varyAccept[:1:1]
+		} else {
+			hdr["Vary"] = append(slices.Clip(vary), "Accept")
+		}
 		if o.ShareRequest {
 			r = shareRequest(r)
 		}
-		if isStream(routes, r) {
-			serveStream(gw, mux, o.Authenticator, w, r, o.WriteTimeout)
+		rc := restCallOf(r.Context())
+		if isStream(rc) {
+			serveStream(gw, mux, o.Authenticator, rc, w, r, o.WriteTimeout)
 			return
 		}
 		negotiateAccept(r.Header)
-		r, public := keyBeforeBody(o.Authenticator, routes, r)
+		r, public := keyBeforeBody(o.Authenticator, rc, r)
 		if unsupportedType(gw, w, r) || badIdempotencyKey(gw, w, r) {
 			return
 		}
@@ -231,8 +247,14 @@ func New(ctx context.Context, conn *Channel, o Options) (http.Handler, error) {
 		codec.ServeHTTP(w, r)
 	})
 	if o.TracerProvider != nil {
-		h = serverSpans(h, o.TracerProvider, routes)
+		h = serverSpans(h, o.TracerProvider)
 	}
+	// Outermost of the REST handler: the call's one lookup (newRESTCall).
+	found := h
+	h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r, _ = newRESTCall(r, routes)
+		found.ServeHTTP(w, r)
+	})
 	if o.GRPC != nil {
 		// The browser protocols' spans are the grpc.Server's, as their
 		// calls are its own.

@@ -70,13 +70,27 @@ const forwardedForKey = "x-forwarded-for"
 // restCallKey is the context key of a REST call's *restCall.
 type restCallKey struct{}
 
-// restCall is the context of a REST request on its way through the mux:
-// what the Channel reads of the request, and the room for the handler's
-// context, so that this is the call's one allocation for both.
+// restCall is the context of a REST request on its way through the
+// gateway, made once when it arrives (newRESTCall): what the request was
+// found to be, once, for every step after (its route, and with it its
+// method's gRPC name and policy; the caller its key identifies), what the
+// Channel reads of the request, and the room for the handler's context, so
+// that this is the call's one allocation for all of them.
 type restCall struct {
 	context.Context
 	header     http.Header
 	remoteAddr string
+	// route is the request's route, nil if the table has none; verbPath
+	// is true when a route with a verb matches its path (routes.go).
+	route    *route
+	verbPath bool
+	// checked is true once the key was checked (checkKey); verdict is
+	// what that found, which the chain takes as it is (apikey.Verdict).
+	checked bool
+	verdict apikey.Verdict
+	// known is true when an Authenticator that gives no verdict
+	// (keyChecker) knew the key.
+	known bool
 	// taken is set by the Channel's call that takes the room below: the
 	// mux makes one per request.
 	taken atomic.Bool
@@ -98,14 +112,33 @@ func (c *restCall) Value(key any) any {
 	if key == (restCallKey{}) {
 		return c
 	}
+	if v, ok := c.verdict.ContextValue(key); ok {
+		return v
+	}
 	return c.Context.Value(key)
 }
 
-// asRESTCall returns a copy of r for the mux: its context a restCall, its
-// Host and RemoteAddr empty.
-func asRESTCall(r *http.Request) *http.Request {
+// newRESTCall returns a copy of r whose context is its restCall, with its
+// route looked up: the one lookup of the call.
+func newRESTCall(r *http.Request, routes *routeTable) (*http.Request, *restCall) {
 	c := &restCall{Context: r.Context(), header: r.Header, remoteAddr: r.RemoteAddr}
-	r = r.WithContext(c)
+	c.route, c.verbPath = routes.find(r.Method, r.URL.Path)
+	return r.WithContext(c), c
+}
+
+// restCallOf returns the restCall of a REST request's context.
+func restCallOf(ctx context.Context) *restCall {
+	if c, ok := ctx.(*restCall); ok {
+		return c
+	}
+	c, _ := ctx.Value(restCallKey{}).(*restCall)
+	return c
+}
+
+// forMux empties the Host and RemoteAddr of r, a request the gateway made
+// (newRESTCall and after), for the mux: the Channel reads them from the
+// restCall.
+func forMux(r *http.Request) *http.Request {
 	r.Host, r.RemoteAddr = "", ""
 	return r
 }

@@ -36,6 +36,31 @@ type Authenticator interface {
 	Public(method string) bool
 }
 
+// keyChecker is an Authenticator whose verdict the chain takes as it is
+// (*apikey.Authenticator): a REST call's key is then hashed once, here. The
+// chain stays the authority on every other call (gRPC, the browser
+// protocols), and on a REST call whose key is not known here, which it
+// refuses or, for a public method, lets through.
+type keyChecker interface {
+	Check(apiKey, authorization string) apikey.Verdict
+}
+
+// checkKey checks the key of the REST call rc, once, and reports whether it
+// is known.
+func checkKey(authn Authenticator, rc *restCall) bool {
+	if !rc.checked {
+		rc.checked = true
+		apiKey, authorization := credential(rc.header, apiKeyHeaders[:]), credential(rc.header, authorizationHeaders[:])
+		if c, ok := authn.(keyChecker); ok {
+			rc.verdict = c.Check(apiKey, authorization)
+		} else if authn.Known(apiKey, authorization) {
+			// Known here, found again by the chain.
+			rc.known = true
+		}
+	}
+	return rc.known || rc.verdict.Known()
+}
+
 // The headers the credentials' metadata is made of: the header of that
 // name, and its Grpc-Metadata- form (headers.go). Canonical once here, so
 // that reading them allocates nothing.
@@ -50,16 +75,24 @@ var (
 // read within publicBodyBytes and without a slot (readPublicBody). A
 // request without a body is left alone: there is nothing to guard, and
 // nothing to look up.
-func keyBeforeBody(authn Authenticator, routes *routeTable, r *http.Request) (_ *http.Request, public bool) {
+//
+// The key of a request to a route is checked even without a body, so that
+// the chain takes the caller found here (checkKey) rather than hash the key
+// again; one without a route and without a body is left to the mux (404 or
+// 405), and its key is never hashed.
+func keyBeforeBody(authn Authenticator, rc *restCall, r *http.Request) (_ *http.Request, public bool) {
+	if rc.route != nil {
+		checkKey(authn, rc)
+	}
 	if bodiless(r) {
 		return r, false
 	}
-	if authn.Known(credential(r.Header, apiKeyHeaders[:]), credential(r.Header, authorizationHeaders[:])) {
+	if checkKey(authn, rc) {
 		return r, false
 	}
 	// A path no route has is answered 404 or 405 by the mux, with or
 	// without its body.
-	if rpc := routes.rpc(r.Method, r.URL.Path); rpc != "" && authn.Public(rpc) {
+	if rc.route != nil && rc.route.public {
 		return r, true
 	}
 	return withoutBody(r), false

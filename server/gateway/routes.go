@@ -31,6 +31,8 @@ type route struct {
 	// the variables by their JSON names: /v1/accounts/{accountId}. It
 	// names the route in spans (tracing.go).
 	template string
+	// spanName names its spans: "GET /v1/accounts/{accountId}".
+	spanName string
 	segments []string // "{name}" matches any one segment
 	// verb ends the path (":rotateSecret" of
 	// /v1/webhookEndpoints/{endpointId}:rotateSecret), after the last
@@ -38,6 +40,19 @@ type route struct {
 	verb   string
 	method string
 	rpc    string // the full gRPC method: /sheba.v1.AccountService/GetAccount
+	// vars are the field paths of the path's variables, by segment, as
+	// grpc-gateway names them in a handler's path parameters
+	// (account_id); "" for a literal segment. nvars counts them.
+	vars  []string
+	nvars int
+	// stream is true for a server-streaming method's route.
+	stream bool
+	// public is true for a method callable without a key (the
+	// Authenticator's policy), set by New.
+	public bool
+	// handler is the grpc-gateway handler the mux calls for this route,
+	// set by New (direct.go).
+	handler runtime.HandlerFunc
 }
 
 // newRouteTable reads the routes of every method of services.
@@ -62,7 +77,30 @@ func newRouteTable(services []*shebav1.ServiceTable) (*routeTable, error) {
 			t.routes = append(t.routes, rt)
 		}
 	}
+	// The table finds a path's route by looking through the routes in
+	// order, the mux by looking through them in the reverse order of
+	// their registration: they agree as long as no path is two routes'.
+	for i, a := range t.routes {
+		for _, b := range t.routes[i+1:] {
+			if a.overlaps(b) {
+				return nil, fmt.Errorf("gateway: routes %s %s and %s %s match the same paths", a.method, a.template, b.method, b.template)
+			}
+		}
+	}
 	return t, nil
+}
+
+// overlaps reports whether a path exists that both a and b match.
+func (a route) overlaps(b route) bool {
+	if a.method != b.method || a.verb != b.verb || len(a.segments) != len(b.segments) {
+		return false
+	}
+	for i, seg := range a.segments {
+		if a.vars[i] == "" && b.vars[i] == "" && seg != b.segments[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // newRoute is the route of m.
@@ -78,6 +116,8 @@ func newRoute(m shebav1.MethodTable) (route, error) {
 		segments[len(segments)-1], verb = last[:i], last[i:]
 	}
 	request := m.NewRequest().ProtoReflect().Descriptor()
+	vars := make([]string, len(segments))
+	nvars := 0
 	for i, seg := range segments {
 		name, isVar := strings.CutPrefix(seg, "{")
 		if isVar {
@@ -94,13 +134,20 @@ func newRoute(m shebav1.MethodTable) (route, error) {
 			return route{}, fmt.Errorf("path template %q: %w", m.HTTP.Path, err)
 		}
 		segments[i] = "{" + json + "}"
+		vars[i] = name
+		nvars++
 	}
+	template := "/" + strings.Join(segments, "/") + verb
 	return route{
-		template: "/" + strings.Join(segments, "/") + verb,
+		template: template,
+		spanName: m.HTTP.Method + " " + template,
 		segments: segments,
 		verb:     verb,
 		method:   m.HTTP.Method,
 		rpc:      m.FullName,
+		vars:     vars,
+		nvars:    nvars,
+		stream:   m.ServerStreams,
 	}, nil
 }
 
@@ -157,25 +204,26 @@ func (t *routeTable) allowed(path string) []string {
 	return methods
 }
 
-// find returns the route of method and path, if there is one.
-func (t *routeTable) find(method, path string) (route, bool) {
+// find returns the route of method and path, nil if there is none, and
+// whether a route with a verb matches path (verbPath).
+func (t *routeTable) find(method, path string) (_ *route, verbPath bool) {
 	verb := t.verbPath(path)
-	for _, rt := range t.routes {
+	for i := range t.routes {
+		rt := &t.routes[i]
 		if rt.method == method && (rt.verb != "") == verb && rt.matches(path) {
-			return rt, true
+			return rt, verb
 		}
 	}
-	return route{}, false
+	return nil, verb
 }
 
 // misrouted answers 405 with Allow to a request for the path of a route
-// with a verb under a method it does not have, and reports whether it did;
-// the mux would answer it from the handler of another route, or 405 too.
-func (t *routeTable) misrouted(gw *runtime.ServeMux, w http.ResponseWriter, r *http.Request) bool {
-	if !t.verbPath(r.URL.Path) {
-		return false
-	}
-	if _, ok := t.find(r.Method, r.URL.Path); ok {
+// with a verb under a method it does not have (the REST call's lookup
+// found no route, and a route with a verb has its path), and reports
+// whether it did; the mux would answer it from the handler of another
+// route, or 405 too.
+func (t *routeTable) misrouted(gw *runtime.ServeMux, w http.ResponseWriter, r *http.Request, rc *restCall) bool {
+	if !rc.verbPath || rc.route != nil {
 		return false
 	}
 	_, m := runtime.MarshalerForRequest(gw, r)
@@ -183,18 +231,13 @@ func (t *routeTable) misrouted(gw *runtime.ServeMux, w http.ResponseWriter, r *h
 	return true
 }
 
-// template returns the path template of the route of method and path, or
-// "" if there is none.
-func (t *routeTable) template(method, path string) string {
-	rt, _ := t.find(method, path)
-	return rt.template
-}
-
 // rpc returns the full gRPC method of the route of method and path, or ""
 // if there is none.
 func (t *routeTable) rpc(method, path string) string {
-	rt, _ := t.find(method, path)
-	return rt.rpc
+	if rt, _ := t.find(method, path); rt != nil {
+		return rt.rpc
+	}
+	return ""
 }
 
 // matches reports whether path, split at "/" once trimmed of them (and of
@@ -214,7 +257,7 @@ func (rt route) matches(path string) bool {
 		if more != (i < len(rt.segments)-1) {
 			return false
 		}
-		isVar := strings.HasPrefix(want, "{") && strings.HasSuffix(want, "}")
+		isVar := rt.vars[i] != ""
 		if (isVar && seg == "") || (!isVar && seg != want) {
 			return false
 		}

@@ -27,14 +27,10 @@ import (
 // eventStreamType is the media type of Server-Sent Events.
 const eventStreamType = "text/event-stream"
 
-// isStream reports whether the route of r is a server-streaming method's.
-func isStream(routes *routeTable, r *http.Request) bool {
-	rpc := routes.rpc(r.Method, r.URL.Path)
-	if rpc == "" {
-		return false
-	}
-	m := shebav1.Method(rpc)
-	return m != nil && m.ServerStreams
+// isStream reports whether the route of the REST call rc is a
+// server-streaming method's.
+func isStream(rc *restCall) bool {
+	return rc.route != nil && rc.route.stream
 }
 
 // serveStream answers a request to a server-streaming route: grpc-gateway's
@@ -48,7 +44,7 @@ func isStream(routes *routeTable, r *http.Request) bool {
 //
 // A request without a valid key is the chain's to refuse (401), whatever it
 // asks for, as every non-public method's.
-func serveStream(gw *runtime.ServeMux, mux http.Handler, authn Authenticator, w http.ResponseWriter, r *http.Request, writeTimeout time.Duration) {
+func serveStream(gw *runtime.ServeMux, mux http.Handler, authn Authenticator, rc *restCall, w http.ResponseWriter, r *http.Request, writeTimeout time.Duration) {
 	w.Header().Set("Cache-Control", "no-store")
 	if acceptsEventStream(r.Header) {
 		r.Header.Set("Accept", eventStreamType)
@@ -67,7 +63,7 @@ func serveStream(gw *runtime.ServeMux, mux http.Handler, authn Authenticator, w 
 		if r.Header.Get("Accept") == cborpb.MediaType {
 			// The refusals, 406 or 401, are JSON.
 			r.Header.Set("Accept", "application/json")
-			if authn.Known(credential(r.Header, apiKeyHeaders[:]), credential(r.Header, authorizationHeaders[:])) {
+			if checkKey(authn, rc) {
 				writeError(gw, w, r, &runtime.HTTPStatusError{
 					HTTPStatus: http.StatusNotAcceptable,
 					Err: reason.Error(codes.InvalidArgument, reason.NotAcceptable,

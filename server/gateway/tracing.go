@@ -28,22 +28,24 @@ const tracerName = "github.com/shebasvc/sheba/server/gateway"
 // a REST ping cost (make bench, ping-rest). Here a request whose span does
 // not record costs the Extract and the Start, and the attributes are built
 // only for the spans that are kept.
-func serverSpans(next http.Handler, tp trace.TracerProvider, routes *routeTable) http.Handler {
+func serverSpans(next http.Handler, tp trace.TracerProvider) http.Handler {
 	tracer := tp.Tracer(tracerName)
 	prop := propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+	// Made once: an option made per request is an allocation each.
+	serverKind := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-		ctx, span := tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer))
+		ctx, span := tracer.Start(ctx, r.Method, serverKind...)
 		defer span.End()
 		r = r.WithContext(ctx)
 		if !span.IsRecording() {
 			next.ServeHTTP(w, r)
 			return
 		}
-		route := routes.template(r.Method, r.URL.Path)
-		if route != "" {
-			span.SetName(r.Method + " " + route)
-			span.SetAttributes(semconv.HTTPRoute(route))
+		// The route the REST call found (newRESTCall).
+		if rc := restCallOf(ctx); rc != nil && rc.route != nil {
+			span.SetName(rc.route.spanName)
+			span.SetAttributes(semconv.HTTPRoute(rc.route.template))
 		}
 		span.SetAttributes(requestAttributes(r)...)
 		sw := &statusWriter{ResponseWriter: w}
@@ -70,7 +72,7 @@ func requestAttributes(r *http.Request) []attribute.KeyValue {
 		semconv.HTTPRequestMethodKey.String(r.Method),
 		semconv.URLPath(r.URL.Path),
 		semconv.URLScheme(scheme(r)),
-		semconv.NetworkProtocolVersion(strconv.Itoa(r.ProtoMajor)+"."+strconv.Itoa(r.ProtoMinor)),
+		semconv.NetworkProtocolVersion(protocolVersion(r)),
 	)
 	if host, port, err := net.SplitHostPort(r.Host); err == nil {
 		attrs = append(attrs, semconv.ServerAddress(host))
@@ -90,6 +92,20 @@ func requestAttributes(r *http.Request) []attribute.KeyValue {
 		attrs = append(attrs, semconv.UserAgentOriginal(ua))
 	}
 	return attrs
+}
+
+// protocolVersion is network.protocol.version: "1.1", "2"…, without
+// making a string for the versions net/http serves.
+func protocolVersion(r *http.Request) string {
+	switch {
+	case r.ProtoMajor == 1 && r.ProtoMinor == 1:
+		return "1.1"
+	case r.ProtoMajor == 2 && r.ProtoMinor == 0:
+		return "2"
+	case r.ProtoMajor == 1 && r.ProtoMinor == 0:
+		return "1.0"
+	}
+	return strconv.Itoa(r.ProtoMajor) + "." + strconv.Itoa(r.ProtoMinor)
 }
 
 func scheme(r *http.Request) string {

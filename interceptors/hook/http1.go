@@ -72,6 +72,10 @@ func (b *budgetReader) Read(p []byte) (int, error) {
 // http.Transport's IdleConnTimeout.
 const h1IdleTimeout = 90 * time.Second
 
+// h1MaxInterim is the most interim (1xx) answers read before the final
+// one, as http.Transport's.
+const h1MaxInterim = 5
+
 // h1LongAgo is a deadline in the past: set on a connection, it ends the
 // read or write under way at once.
 var h1LongAgo = time.Unix(1, 0)
@@ -211,12 +215,19 @@ func (h *h1Client) exchange(ctx context.Context, pc *h1Conn, req []byte, out io.
 		return 0, false, err
 	}
 	resp, err := http.ReadResponse(pc.br, nil)
+	// Interim answers (1xx) come before the final one, which counts, as
+	// http.Transport reads them: at most h1MaxInterim of them.
+	for interim := 0; err == nil && interim < h1MaxInterim && resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols; interim++ {
+		resp, err = http.ReadResponse(pc.br, nil)
+	}
 	if err != nil {
 		return 0, true, err
 	}
 	// The body's own bounds follow; the budget only guards the head.
 	pc.lr.n = 1<<63 - 1
-	keep = !resp.Close
+	// After too many interim answers the final one is still to come: the
+	// connection is not kept, or its next call would read it.
+	keep = !resp.Close && resp.StatusCode >= 200
 	if resp.StatusCode != http.StatusOK {
 		// Read a little of it so the connection is kept.
 		n, err := io.Copy(io.Discard, io.LimitReader(resp.Body, httpMaxDrainBytes+1))
@@ -232,8 +243,9 @@ func (h *h1Client) exchange(ctx context.Context, pc *h1Conn, req []byte, out io.
 		keep = false
 		return 0, true, fmt.Errorf("read hook answer: %w", err)
 	}
-	// Over the bound, the answer is not read to its end.
-	keep = keep && lr.N > 0
+	// Over the bound, the answer is not read to its end; bytes past its
+	// end are no answer to the next call.
+	keep = keep && lr.N > 0 && pc.br.Buffered() == 0
 	return resp.StatusCode, true, nil
 }
 

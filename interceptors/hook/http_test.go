@@ -706,3 +706,33 @@ func TestHTTPClientAnswerHeadersBounded(t *testing.T) {
 		t.Errorf("got %+v and no error, want an error", d)
 	}
 }
+
+// TestHTTPClientUnsolicitedAnswers: an interim answer (1xx) is skipped
+// for the final one, and what a hook sends beyond its answer is never
+// taken for the next call's.
+func TestHTTPClientUnsolicitedAnswers(t *testing.T) {
+	const rawBreak = "HTTP/1.1 200 OK\r\nContent-Length: 25\r\n\r\n" + `{"control":{"break":403}}`
+	for _, test := range []struct{ name, answer string }{
+		{"interim answer", "HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n" + rawBreak},
+		{"too many interim answers", strings.Repeat("HTTP/1.1 100 Continue\r\n\r\n", 6) + rawBreak},
+		{"a second answer", rawContinue + rawBreak},
+	} {
+		t.Run(test.name, func(t *testing.T) {
+			url, _ := rawHook(t, func(c net.Conn, br *bufio.Reader) {
+				for readRequest(br) == nil {
+					io.WriteString(c, test.answer)
+				}
+			})
+			c := newHTTPTestClient(t, url, HTTPOptions{})
+			first, err := c.Check(context.Background(), httpTestCall())
+			if test.name == "interim answer" && (err != nil || first.Break != 403) {
+				t.Errorf("got %+v, %v; want the final answer's break 403", first, err)
+			}
+			// The second call gets an answer of its own, as the first did.
+			second, err := c.Check(context.Background(), httpTestCall())
+			if err == nil && !cmp.Equal(first, second) {
+				t.Errorf("second call got %+v, the first %+v: an answer left on the connection", second, first)
+			}
+		})
+	}
+}

@@ -214,6 +214,12 @@ func (h *HTTPClient) Check(ctx context.Context, c *Call) (Decision, error) {
 	if _, err := s.buf.ReadFrom(&s.lr); err != nil {
 		return Decision{}, fmt.Errorf("read hook answer: %w", err)
 	}
+	return s.decision()
+}
+
+// decision decodes the answer read into s.buf, which the read left one
+// byte past httpMaxAnswerBytes when the answer is longer.
+func (s *httpScratch) decision() (Decision, error) {
 	if s.buf.Len() > httpMaxAnswerBytes {
 		return Decision{}, fmt.Errorf("hook answer too large: over %d bytes", httpMaxAnswerBytes)
 	}
@@ -240,14 +246,7 @@ func (h *HTTPClient) checkH1(ctx context.Context, s *httpScratch) (Decision, err
 	if status != http.StatusOK {
 		return Decision{}, fmt.Errorf("hook answered status %d", status)
 	}
-	if s.buf.Len() > httpMaxAnswerBytes {
-		return Decision{}, fmt.Errorf("hook answer too large: over %d bytes", httpMaxAnswerBytes)
-	}
-	d, err := httpDecodeAnswer(&s.ans, s.buf.Bytes())
-	if err != nil {
-		return Decision{}, fmt.Errorf("hook answer: %w", err)
-	}
-	return d, nil
+	return s.decision()
 }
 
 // Close closes the client's idle connections. A Check after Close dials

@@ -63,7 +63,10 @@ type HTTPOptions struct {
 // HTTPClient asks a hook over the http protocol: a JSON POST per call, on
 // connections kept alive and reused. It is safe for concurrent use.
 type HTTPClient struct {
-	// url is parsed once; every request shares it, unchanged.
+	// h1 asks an http:// or unix:// hook; transport the others (h2c://,
+	// https://), with url, parsed once and shared by every request,
+	// unchanged.
+	h1        *h1Client
 	url       *url.URL
 	transport *http.Transport
 	prop      propagation.TextMapPropagator
@@ -81,6 +84,28 @@ func NewHTTPClient(rawURL string, o HTTPOptions) (*HTTPClient, error) {
 		return nil, fmt.Errorf("hook url: %w", err)
 	}
 	dialer := &net.Dialer{Timeout: httpDialTimeout, KeepAlive: 30 * time.Second}
+	switch u.Scheme {
+	case "http":
+		if u.Host == "" {
+			return nil, fmt.Errorf("hook url %q: no host", rawURL)
+		}
+		addr := u.Host
+		if u.Port() == "" {
+			addr = net.JoinHostPort(u.Hostname(), "80")
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return nil, fmt.Errorf("hook url %q: %w", rawURL, err)
+		}
+		dial := func(ctx context.Context) (net.Conn, error) { return dialer.DialContext(ctx, "tcp", addr) }
+		return &HTTPClient{h1: newH1Client(dial, u.Host, u.RequestURI()), prop: o.Propagator}, nil
+	case "unix":
+		if u.Host != "" || !strings.HasPrefix(u.Path, "/") {
+			return nil, fmt.Errorf("hook url %q: want unix:///absolute/path", rawURL)
+		}
+		socket := u.Path
+		dial := func(ctx context.Context) (net.Conn, error) { return dialer.DialContext(ctx, "unix", socket) }
+		return &HTTPClient{h1: newH1Client(dial, "localhost", "/"), prop: o.Propagator}, nil
+	}
 	t := &http.Transport{
 		// Hooks are local services: a proxy from the environment must not
 		// redirect them.
@@ -89,7 +114,7 @@ func NewHTTPClient(rawURL string, o HTTPOptions) (*HTTPClient, error) {
 		TLSHandshakeTimeout:    httpDialTimeout,
 		MaxIdleConns:           httpMaxIdleConns,
 		MaxIdleConnsPerHost:    httpMaxIdleConns,
-		IdleConnTimeout:        90 * time.Second,
+		IdleConnTimeout:        h1IdleTimeout,
 		MaxResponseHeaderBytes: httpMaxAnswerHeaderBytes,
 		// The answers are small and the hook near: compressing costs more
 		// than it saves, and a gzip reader per answer allocates.
@@ -97,8 +122,6 @@ func NewHTTPClient(rawURL string, o HTTPOptions) (*HTTPClient, error) {
 		Protocols:          new(http.Protocols),
 	}
 	switch u.Scheme {
-	case "http":
-		t.Protocols.SetHTTP1(true)
 	case "https":
 		t.Protocols.SetHTTP1(true)
 		t.Protocols.SetHTTP2(true)
@@ -108,16 +131,6 @@ func NewHTTPClient(rawURL string, o HTTPOptions) (*HTTPClient, error) {
 	case "h2c":
 		t.Protocols.SetUnencryptedHTTP2(true)
 		u.Scheme = "http"
-	case "unix":
-		if u.Host != "" || !strings.HasPrefix(u.Path, "/") {
-			return nil, fmt.Errorf("hook url %q: want unix:///absolute/path", rawURL)
-		}
-		socket := u.Path
-		t.Protocols.SetHTTP1(true)
-		t.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return dialer.DialContext(ctx, "unix", socket)
-		}
-		u = &url.URL{Scheme: "http", Host: "localhost", Path: "/"}
 	default:
 		return nil, fmt.Errorf("hook url %q: scheme is not http, https, h2c or unix", rawURL)
 	}
@@ -131,8 +144,12 @@ func NewHTTPClient(rawURL string, o HTTPOptions) (*HTTPClient, error) {
 // httpScratch is the memory of one Check, reused across calls.
 type httpScratch struct {
 	buf bytes.Buffer
-	lr  io.LimitedReader
-	ans httpAnswer
+	// req is the HTTP/1.1 request, head and body; lines its trace
+	// context's header lines.
+	req   []byte
+	lines headerLines
+	lr    io.LimitedReader
+	ans   httpAnswer
 }
 
 var httpScratchPool = sync.Pool{New: func() any { return new(httpScratch) }}
@@ -143,7 +160,7 @@ var httpScratchPool = sync.Pool{New: func() any { return new(httpScratch) }}
 func (h *HTTPClient) Check(ctx context.Context, c *Call) (Decision, error) {
 	s := httpScratchPool.Get().(*httpScratch)
 	defer func() {
-		if s.buf.Cap() <= httpMaxScratchBytes {
+		if s.buf.Cap() <= httpMaxScratchBytes && cap(s.req) <= httpMaxScratchBytes {
 			// Drop what the call referenced: the pool must not keep it alive.
 			s.buf.Reset()
 			s.lr, s.ans = io.LimitedReader{}, httpAnswer{}
@@ -152,6 +169,9 @@ func (h *HTTPClient) Check(ctx context.Context, c *Call) (Decision, error) {
 	}()
 	if err := httpAppendCall(&s.buf, c); err != nil {
 		return Decision{}, err
+	}
+	if h.h1 != nil {
+		return h.checkH1(ctx, s)
 	}
 	// The transport may read the body after RoundTrip returns (and again
 	// on a retry), so it gets its own copy and the scratch stays ours.
@@ -194,6 +214,12 @@ func (h *HTTPClient) Check(ctx context.Context, c *Call) (Decision, error) {
 	if _, err := s.buf.ReadFrom(&s.lr); err != nil {
 		return Decision{}, fmt.Errorf("read hook answer: %w", err)
 	}
+	return s.decision()
+}
+
+// decision decodes the answer read into s.buf, which the read left one
+// byte past httpMaxAnswerBytes when the answer is longer.
+func (s *httpScratch) decision() (Decision, error) {
 	if s.buf.Len() > httpMaxAnswerBytes {
 		return Decision{}, fmt.Errorf("hook answer too large: over %d bytes", httpMaxAnswerBytes)
 	}
@@ -204,9 +230,32 @@ func (h *HTTPClient) Check(ctx context.Context, c *Call) (Decision, error) {
 	return d, nil
 }
 
+// checkH1 sends the request in s.buf over HTTP/1.1 and decodes the answer.
+func (h *HTTPClient) checkH1(ctx context.Context, s *httpScratch) (Decision, error) {
+	s.lines.b = s.lines.b[:0]
+	if h.prop != nil {
+		h.prop.Inject(ctx, &s.lines)
+	}
+	s.req = h.h1.appendHead(s.req[:0], s.buf.Len(), s.lines.b)
+	s.req = append(s.req, s.buf.Bytes()...)
+	s.buf.Reset()
+	status, err := h.h1.roundTrip(ctx, s.req, &s.buf)
+	if err != nil {
+		return Decision{}, fmt.Errorf("call hook: %w", err)
+	}
+	if status != http.StatusOK {
+		return Decision{}, fmt.Errorf("hook answered status %d", status)
+	}
+	return s.decision()
+}
+
 // Close closes the client's idle connections. A Check after Close dials
 // again.
 func (h *HTTPClient) Close() error {
+	if h.h1 != nil {
+		h.h1.closeIdle()
+		return nil
+	}
 	h.transport.CloseIdleConnections()
 	return nil
 }
@@ -379,6 +428,15 @@ const httpMaxCacheSeconds = float64(math.MaxInt64 / int64(time.Second))
 // httpDecodeAnswer maps an answer to its Decision, decoding it into a,
 // which the caller reuses: the Decision shares no memory with it.
 func httpDecodeAnswer(a *httpAnswer, b []byte) (Decision, error) {
+	if httpPlainContinue(b) {
+		return Decision{}, nil
+	}
+	return httpDecodeAnyAnswer(a, b)
+}
+
+// httpDecodeAnyAnswer is httpDecodeAnswer through encoding/json, for any
+// answer.
+func httpDecodeAnyAnswer(a *httpAnswer, b []byte) (Decision, error) {
 	// Unmarshal would add to a map left from the last answer.
 	*a = httpAnswer{}
 	if err := json.Unmarshal(b, a); err != nil {
@@ -415,6 +473,25 @@ func httpDecodeAnswer(a *httpAnswer, b []byte) (Decision, error) {
 	}
 	return d, nil
 }
+
+// httpPlainContinue reports whether b is the common answer,
+// {"control":"continue"} and nothing else, JSON whitespace allowed between
+// its tokens: its Decision is the zero one. Matched by hand because
+// encoding/json's reflection costs a hook call more than the rest of the
+// answer's handling; any other answer, however close, goes through it.
+func httpPlainContinue(b []byte) bool {
+	for _, token := range httpContinueTokens {
+		b = bytes.TrimLeft(b, " \t\r\n")
+		var ok bool
+		if b, ok = bytes.CutPrefix(b, token); !ok {
+			return false
+		}
+	}
+	return len(bytes.TrimLeft(b, " \t\r\n")) == 0
+}
+
+// httpContinueTokens are the tokens of {"control":"continue"}.
+var httpContinueTokens = [][]byte{[]byte("{"), []byte(`"control"`), []byte(":"), []byte(`"continue"`), []byte("}")}
 
 // httpResponseHeaders checks the answer's headers and lowercases their
 // names, merging the values of names that differ only in case.

@@ -1,6 +1,7 @@
 package hook
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -583,7 +584,7 @@ func TestHTTPClientIgnoresProxyEnvironment(t *testing.T) {
 	}
 	// The environment's proxy is never asked (loopback is never proxied,
 	// so the call above alone would pass with it too).
-	if c.transport.Proxy != nil {
+	if c.transport != nil && c.transport.Proxy != nil {
 		t.Error("the transport has a Proxy function, want none")
 	}
 }
@@ -607,14 +608,131 @@ func TestNewHTTPClientBadURL(t *testing.T) {
 	}
 }
 
-func BenchmarkHTTPClientCheck(b *testing.B) {
-	c := newHTTPTestHook(b, answerJSON(httpTestContinue))
-	call := httpTestCall()
-	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := c.Check(ctx, call); err != nil {
-			b.Fatal(err)
+// rawHook serves each connection with serve, on 127.0.0.1; it returns the
+// URL of the hook and the count of connections accepted.
+func rawHook(t *testing.T, serve func(c net.Conn, br *bufio.Reader)) (string, *atomic.Int32) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns atomic.Int32
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		l.Close()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			wg.Go(func() {
+				defer c.Close()
+				serve(c, bufio.NewReader(c))
+			})
 		}
+	})
+	return "http://" + l.Addr().String() + "/hook", &conns
+}
+
+// readRequest reads one request and its body.
+func readRequest(br *bufio.Reader) error {
+	r, err := http.ReadRequest(br)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(io.Discard, r.Body)
+	return err
+}
+
+const rawContinue = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 22\r\n\r\n" + httpTestContinue
+
+// TestHTTPClientRetriesClosedConnection: a kept-alive connection the hook
+// closed before it answered is no failure: the check goes again on a new
+// one.
+func TestHTTPClientRetriesClosedConnection(t *testing.T) {
+	// One answer per connection, then closed without saying so.
+	url, conns := rawHook(t, func(c net.Conn, br *bufio.Reader) {
+		if readRequest(br) == nil {
+			io.WriteString(c, rawContinue)
+		}
+	})
+	c := newHTTPTestClient(t, url, HTTPOptions{})
+	for i := range 3 {
+		if _, err := c.Check(context.Background(), httpTestCall()); err != nil {
+			t.Fatalf("Check %d: %v", i, err)
+		}
+		// The hook's close reaches the client before the next check.
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := conns.Load(); got != 3 {
+		t.Errorf("got %d connections, want 3", got)
+	}
+}
+
+// TestHTTPClientConnectionClose: an answer with Connection: close is used,
+// and its connection is not.
+func TestHTTPClientConnectionClose(t *testing.T) {
+	url, conns := rawHook(t, func(c net.Conn, br *bufio.Reader) {
+		for readRequest(br) == nil {
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 22\r\n\r\n"+httpTestContinue)
+		}
+	})
+	c := newHTTPTestClient(t, url, HTTPOptions{})
+	for i := range 2 {
+		if _, err := c.Check(context.Background(), httpTestCall()); err != nil {
+			t.Fatalf("Check %d: %v", i, err)
+		}
+	}
+	if got := conns.Load(); got != 2 {
+		t.Errorf("got %d connections, want 2", got)
+	}
+}
+
+// TestHTTPClientAnswerHeadersBounded: an answer whose headers run past
+// 64 KiB is a failure, read no further.
+func TestHTTPClientAnswerHeadersBounded(t *testing.T) {
+	url, _ := rawHook(t, func(c net.Conn, br *bufio.Reader) {
+		if readRequest(br) != nil {
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nX-Long: "+strings.Repeat("a", 70<<10)+"\r\nContent-Length: 22\r\n\r\n"+httpTestContinue)
+	})
+	c := newHTTPTestClient(t, url, HTTPOptions{})
+	if d, err := c.Check(context.Background(), httpTestCall()); err == nil {
+		t.Errorf("got %+v and no error, want an error", d)
+	}
+}
+
+// TestHTTPClientUnsolicitedAnswers: an interim answer (1xx) is skipped
+// for the final one, and what a hook sends beyond its answer is never
+// taken for the next call's.
+func TestHTTPClientUnsolicitedAnswers(t *testing.T) {
+	const rawBreak = "HTTP/1.1 200 OK\r\nContent-Length: 25\r\n\r\n" + `{"control":{"break":403}}`
+	for _, test := range []struct{ name, answer string }{
+		{"interim answer", "HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n" + rawBreak},
+		{"too many interim answers", strings.Repeat("HTTP/1.1 100 Continue\r\n\r\n", 6) + rawBreak},
+		{"a second answer", rawContinue + rawBreak},
+	} {
+		t.Run(test.name, func(t *testing.T) {
+			url, _ := rawHook(t, func(c net.Conn, br *bufio.Reader) {
+				for readRequest(br) == nil {
+					io.WriteString(c, test.answer)
+				}
+			})
+			c := newHTTPTestClient(t, url, HTTPOptions{})
+			first, err := c.Check(context.Background(), httpTestCall())
+			if test.name == "interim answer" && (err != nil || first.Break != 403) {
+				t.Errorf("got %+v, %v; want the final answer's break 403", first, err)
+			}
+			// The second call gets an answer of its own, as the first did.
+			second, err := c.Check(context.Background(), httpTestCall())
+			if err == nil && !cmp.Equal(first, second) {
+				t.Errorf("second call got %+v, the first %+v: an answer left on the connection", second, first)
+			}
+		})
 	}
 }

@@ -6,8 +6,9 @@
 //   - http: every POST, whatever its path, has its body read and discarded
 //     and answers 200 with a fixed document: {"control":"continue"}, or
 //     with -mode cached {"control":"continue","cacheSeconds":60}, which lets
-//     sheba cache the decision. It listens on -addr (TCP) and, with -unix,
-//     on a unix socket too.
+//     sheba cache the decision. It listens on -addr (TCP: HTTP/1.1, and
+//     HTTP/2 with prior knowledge, h2c) and, with -unix, on a unix socket
+//     too.
 //   - ext_authz: with -grpc, an envoy.service.auth.v3.Authorization server
 //     whose Check answers status OK to every request.
 //
@@ -103,7 +104,10 @@ func run(ctx context.Context, addr, unixPath, grpcAddr, mode string) error {
 		}
 	}
 
-	srv := &http.Server{Handler: checkHandler(answer, &calls), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: checkHandler(answer, &calls), ReadHeaderTimeout: 10 * time.Second, Protocols: new(http.Protocols)}
+	// h2c is told from HTTP/1.1 by its preface: one listener serves both.
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetUnencryptedHTTP2(true)
 	g, ctx := errgroup.WithContext(ctx)
 	serveHTTP := func(l net.Listener) {
 		g.Go(func() error {

@@ -37,6 +37,8 @@ func TestHookEcho(t *testing.T) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 		},
 	}}
+	h2c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Protocols: new(http.Protocols)}}
+	h2c.Transport.(*http.Transport).Protocols.SetUnencryptedHTTP2(true)
 	count := func() string {
 		t.Helper()
 		var body string
@@ -64,6 +66,7 @@ func TestHookEcho(t *testing.T) {
 	}{
 		{"tcp", tcp, "http://" + httpAddr + "/check"},
 		{"unix", unix, "http://hook/check"},
+		{"h2c", h2c, "http://" + httpAddr + "/check"},
 	} {
 		name := test.name
 		resp, err := test.c.Post(test.url, "application/json", strings.NewReader(`{"version":1,"stage":"request"}`))
@@ -72,6 +75,9 @@ func TestHookEcho(t *testing.T) {
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
+		if name == "h2c" && resp.ProtoMajor != 2 {
+			t.Errorf("h2c: got %s, want HTTP/2", resp.Proto)
+		}
 		if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/json" {
 			t.Errorf("%s: got %s %q, want 200 application/json", name, resp.Status, resp.Header.Get("Content-Type"))
 		}
@@ -93,8 +99,8 @@ func TestHookEcho(t *testing.T) {
 		t.Errorf("Check: got status %v, ok response %v; want OK with an ok response", got, resp.GetOkResponse())
 	}
 
-	if got := count(); got != "3\n" {
-		t.Errorf("count after two POSTs and a Check: got %q, want \"3\\n\"", got)
+	if got := count(); got != "4\n" {
+		t.Errorf("count after three POSTs and a Check: got %q, want \"4\\n\"", got)
 	}
 }
 

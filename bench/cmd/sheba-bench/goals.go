@@ -43,6 +43,8 @@ var goals = map[string]goal{
 	"get-subscription":       {Measure: measureCPU, Bound: 1 / 0.75},
 	"ping-rest-traced":       {Measure: measureCPU, Bound: 1 / 0.85, Of: "ping-rest"},
 	"hook-echo":              {Measure: measureRate, Bound: 0.75, Moonshot: 0.85},
+	"hook-echo-unix":         {Measure: measureRate, Bound: 0.75, Moonshot: 0.85},
+	"hook-echo-h2c":          {Measure: measureRate, Bound: 0.75, Moonshot: 0.85},
 	"hook-echo-subscription": {Measure: measureRate, Bound: 0.75, Moonshot: 0.85},
 	"hook-cached":            {Measure: measureRate, Bound: 0.95},
 	"hook-ext-authz":         {Measure: measureRate, Bound: 0.75},

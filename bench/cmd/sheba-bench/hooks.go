@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -25,6 +26,8 @@ var hookedShebas = map[string]struct {
 	srvShebaHook:       {srvHookEcho, config.HookHTTP, hookHTTPURL},
 	srvShebaHookCached: {srvHookEchoCached, config.HookHTTP, hookHTTPURL},
 	srvShebaExtAuthz:   {srvHookEcho, config.HookExtAuthz, func(h *server) string { return "grpc://" + h.grpcAddr }},
+	srvShebaHookUnix:   {srvHookEcho, config.HookHTTP, func(h *server) string { return "unix://" + h.unixPath }},
+	srvShebaHookH2C:    {srvHookEcho, config.HookHTTP, func(h *server) string { return "h2c" + strings.TrimPrefix(hookHTTPURL(h), "http") }},
 }
 
 // hookHTTPURL is where a hookecho answers the http protocol: any path but
@@ -48,6 +51,20 @@ func (b *bench) hookScenarios(ping, getSub func(*server) load) []scenario {
 			name:  "hook-echo",
 			about: "GET /v1/ping through sheba with an http hook over TCP loopback that answers continue at once, against the same sheba without a hook; " + cpu,
 			a:     hooked("sheba hook http", srvShebaHook, srvHookEcho, false, ping),
+			b:     noHook(ping),
+			conc:  b.opts.conc, added: true,
+		},
+		{
+			name:  "hook-echo-unix",
+			about: "hook-echo with the hook on a unix socket (unix:///…: HTTP/1.1, the same hookecho); " + cpu,
+			a:     hooked("sheba hook unix", srvShebaHookUnix, srvHookEcho, false, ping),
+			b:     noHook(ping),
+			conc:  b.opts.conc, added: true,
+		},
+		{
+			name:  "hook-echo-h2c",
+			about: "hook-echo with the hook over h2c (h2c://…: HTTP/2 with prior knowledge on TCP loopback, the same hookecho); " + cpu,
+			a:     hooked("sheba hook h2c", srvShebaHookH2C, srvHookEcho, false, ping),
 			b:     noHook(ping),
 			conc:  b.opts.conc, added: true,
 		},
@@ -78,12 +95,19 @@ func (b *bench) hookScenarios(ping, getSub func(*server) load) []scenario {
 
 // startHookEcho starts bench/baseline/hookecho pinned to the server CPU: an
 // external service on the same machine as sheba, as Postgres is. Its http
-// protocol answers mode ("continue" or "cached") at httpURL, its ext_authz
-// server listens on grpcAddr.
+// protocol answers mode ("continue" or "cached") at httpURL (HTTP/1.1 and
+// h2c) and on the unix socket unixPath, its ext_authz server listens on
+// grpcAddr.
 func (b *bench) startHookEcho(ctx context.Context, name, mode string) (*server, error) {
-	return b.startHTTPGRPC(ctx, name, b.opts.serverCPU, func(httpAddr, grpcAddr string) []string {
-		return []string{b.bins.hookecho, "-addr", httpAddr, "-grpc", grpcAddr, "-mode", mode}
+	sock := filepath.Join(b.dir, name+".sock")
+	s, err := b.startHTTPGRPC(ctx, name, b.opts.serverCPU, func(httpAddr, grpcAddr string) []string {
+		return []string{b.bins.hookecho, "-addr", httpAddr, "-grpc", grpcAddr, "-unix", sock, "-mode", mode}
 	})
+	if err != nil {
+		return nil, err
+	}
+	s.unixPath = sock
+	return s, nil
 }
 
 // hookChecks is the number of checks a hookecho has answered so far (a GET

@@ -320,7 +320,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 
 	// Tools first: fail before building anything.
 	if want("ping-rest", "error-rest", "readyz", "get-subscription", "get-subscription-pgbench", "ping-rest-traced", "ping-rest-redis",
-		"hook-echo", "hook-echo-subscription", "hook-cached", "hook-ext-authz", scenGetSubscriptionStandby) || want(scenarioGroups[scenPeerREST]...) {
+		"hook-echo", "hook-echo-unix", "hook-echo-h2c", "hook-echo-subscription", "hook-cached", "hook-ext-authz", scenGetSubscriptionStandby) || want(scenarioGroups[scenPeerREST]...) {
 		if b.bins.wrk, err = ensureWrk(ctx, logf); err != nil {
 			return err
 		}
@@ -604,7 +604,7 @@ func (b *bench) ensureServer(ctx context.Context, key string) (*server, error) {
 			env: []string{"SHEBA_LIMITS_ADAPTIVE=true", "SHEBA_LIMITS_MIN_INFLIGHT=" + strconv.Itoa(b.opts.inflightLow)}})
 	case srvRedis:
 		s, err = b.startRedis(ctx)
-	case srvShebaHook, srvShebaHookCached, srvShebaExtAuthz:
+	case srvShebaHook, srvShebaHookCached, srvShebaExtAuthz, srvShebaHookUnix, srvShebaHookH2C:
 		h := hookedShebas[key]
 		var hook *server
 		if hook, err = b.ensureServer(ctx, h.hook); err == nil {

@@ -69,6 +69,8 @@ const (
 	srvShebaHook       = "sheba-hook"
 	srvShebaHookCached = "sheba-hook-cached"
 	srvShebaExtAuthz   = "sheba-hook-ext-authz"
+	srvShebaHookUnix   = "sheba-hook-unix"
+	srvShebaHookH2C    = "sheba-hook-h2c"
 	srvHookEcho        = "hookecho"
 	srvHookEchoCached  = "hookecho-cached"
 	srvHTTPPing        = "httpping"
@@ -79,8 +81,8 @@ const (
 // loadScenarioNames are the scenarios of the main table, in the order they
 // run.
 var loadScenarioNames = []string{"ping-rest", "ping-grpc", "error-rest", "readyz", "get-subscription", "get-subscription-pgbench", "login-overload", "ping-rest-traced",
-	"ping-rest-redis", "adaptive-overload", "hook-echo", "hook-echo-subscription", "hook-cached", "hook-ext-authz",
-	"ping-connect-json", "ping-connect-proto", "ping-grpc-web", scenGetSubscriptionStandby}
+	"ping-rest-redis", "adaptive-overload", "hook-echo", "hook-echo-unix", "hook-echo-h2c", "hook-echo-subscription", "hook-cached",
+	"hook-ext-authz", "ping-connect-json", "ping-connect-proto", "ping-grpc-web", scenGetSubscriptionStandby}
 
 // scenarioNames is every scenario in the order they run: the load
 // scenarios, the peer rows, then the webhook ones, then failover, then the

@@ -26,6 +26,7 @@ type server struct {
 	proc     *proc
 	httpURL  string // http://127.0.0.1:PORT, or ""
 	grpcAddr string // 127.0.0.1:PORT, or ""
+	unixPath string // a unix socket it serves http on (hookecho), or ""
 }
 
 // shebaConfig is what differs between the sheba processes of a run.

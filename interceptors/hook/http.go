@@ -16,8 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"go.opentelemetry.io/otel/propagation"
 	"golang.org/x/net/http/httpguts"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -311,45 +311,9 @@ func httpAppendCall(buf *bytes.Buffer, c *Call) error {
 // httpAppendString appends s as a JSON string. Invalid UTF-8 becomes
 // U+FFFD, as encoding/json does, so the request stays valid JSON.
 func httpAppendString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c >= utf8.RuneSelf {
-			r, size := utf8.DecodeRuneInString(s[i:])
-			if r == utf8.RuneError && size == 1 {
-				b = append(b, s[start:i]...)
-				b = append(b, `\ufffd`...)
-				i++
-				start = i
-				continue
-			}
-			i += size
-			continue
-		}
-		if c >= 0x20 && c != '"' && c != '\\' {
-			i++
-			continue
-		}
-		b = append(b, s[start:i]...)
-		switch c {
-		case '"', '\\':
-			b = append(b, '\\', c)
-		case '\n':
-			b = append(b, '\\', 'n')
-		case '\r':
-			b = append(b, '\\', 'r')
-		case '\t':
-			b = append(b, '\\', 't')
-		default:
-			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-		}
-		i++
-		start = i
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
+	// The error only reports invalid UTF-8, already replaced.
+	b, _ = jsontext.AppendQuote(b, s)
+	return b
 }
 
 // httpAnswer is the hook's answer as sent. Fields it does not know are

@@ -26,7 +26,9 @@ import (
 // from a reading goroutine per connection (two goroutine switches and their
 // channels a call), and builds a Request, its header map and a Response per
 // call. The head of the request is a few fixed lines; the answer is parsed
-// by net/http.
+// by net/http. valyala/fasthttp's client also works on the caller's
+// goroutine, but would bring a second HTTP stack (its own parser, header
+// and body types, and limits to map onto §11's) for one fixed POST.
 type h1Client struct {
 	dial func(ctx context.Context) (net.Conn, error)
 	// head is the request's start line and fixed headers, up to

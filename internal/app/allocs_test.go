@@ -15,7 +15,10 @@ var allocGoals = []struct {
 	bench func(tb testing.TB) benchCase
 }{
 	{"BenchmarkGatewayJSON/ping", 70, func(tb testing.TB) benchCase { return benchCaseNamed(tb, gatewayJSONBenchCases(tb), "ping") }},
-	{"BenchmarkGRPCPing/sheba", 155, func(tb testing.TB) benchCase { return benchCaseNamed(tb, grpcPingBenchCases(tb), "sheba") }},
+	// grpc-go's transport allocates by timing (a data frame read in two,
+	// a header buffer missed in its pool): 155 on a quiet machine, 156 seen
+	// under a loaded one, so the bound leaves it room.
+	{"BenchmarkGRPCPing/sheba", 158, func(tb testing.TB) benchCase { return benchCaseNamed(tb, grpcPingBenchCases(tb), "sheba") }},
 	// The last row of BenchmarkChain: every link.
 	{"BenchmarkChain/full", 10, func(tb testing.TB) benchCase { cases := chainBenchCases(tb); return cases[len(cases)-1] }},
 	// The validation link (its protovalidate rules) on a valid request.

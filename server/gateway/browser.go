@@ -181,6 +181,10 @@ type browser struct {
 	// stream's answer rather than the whole stream (streamWriter).
 	writeTimeout time.Duration
 	errors       *connect.ErrorWriter
+	// handlers, when not nil, are connect-go's handlers of the unary
+	// methods (Options.ConnectHandlers), by full method name, which serve
+	// their calls in place of vanguard.
+	handlers map[string]http.Handler
 	// gw writes the errors of requests that speak no browser protocol, as
 	// REST does.
 	gw *runtime.ServeMux
@@ -188,7 +192,7 @@ type browser struct {
 
 // newBrowser returns the handler of the browser protocols for services,
 // served by srv (a grpc.Server's ServeHTTP).
-func newBrowser(srv http.Handler, services []*shebav1.ServiceTable, o Options, slots *bodySlots, gw *runtime.ServeMux) (*browser, error) {
+func newBrowser(srv http.Handler, conn *Channel, services []*shebav1.ServiceTable, o Options, slots *bodySlots, gw *runtime.ServeMux) (*browser, error) {
 	maxMessage := o.MaxBodyBytes
 	if o.MaxMessageBytes > 0 {
 		maxMessage = min(maxMessage, o.MaxMessageBytes)
@@ -228,8 +232,12 @@ func newBrowser(srv http.Handler, services []*shebav1.ServiceTable, o Options, s
 	if err != nil {
 		return nil, fmt.Errorf("gateway: browser protocols: %w", err)
 	}
+	var handlers map[string]http.Handler
+	if o.ConnectHandlers {
+		handlers = newConnectHandlers(conn, services)
+	}
 	return &browser{
-		transcoder: t, authn: o.Authenticator, slots: slots, maxMessage: maxMessage, bounds: o.RepeatedBounds,
+		handlers: handlers, transcoder: t, authn: o.Authenticator, slots: slots, maxMessage: maxMessage, bounds: o.RepeatedBounds,
 		methods: methods, streams: streams, writeTimeout: o.WriteTimeout, errors: connect.NewErrorWriter(), gw: gw,
 	}, nil
 }
@@ -337,6 +345,13 @@ func (b *browser) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		tw := &textWriter{ResponseWriter: w, stream: stream}
 		defer tw.close()
 		w = tw
+	}
+	if h := b.handlers[r.URL.Path]; h != nil {
+		// The call's metadata is made of its headers and client address,
+		// as a REST call's (incomingMetadata).
+		r = r.WithContext(&restCall{Context: r.Context(), header: r.Header, remoteAddr: r.RemoteAddr})
+		h.ServeHTTP(retryWriter{w}, r)
+		return
 	}
 	b.transcoder.ServeHTTP(retryWriter{w}, r)
 }

@@ -63,6 +63,10 @@ type Options struct {
 	// to which vanguard transcodes Connect and gRPC-Web calls at
 	// POST /sheba.v1.<Service>/<Method>.
 	GRPC http.Handler
+	// ConnectHandlers serves the unary calls of the browser protocols by
+	// connect-go's handlers, calling the services over conn on the request
+	// goroutine (browserconnect.go), in place of vanguard and GRPC.
+	ConnectHandlers bool
 	// AllowedOrigins are the origins granted CORS (cors.go); empty: none,
 	// and no CORS header is ever written.
 	AllowedOrigins []string
@@ -236,7 +240,7 @@ func New(ctx context.Context, conn *Channel, o Options) (http.Handler, error) {
 	if o.GRPC != nil {
 		// The browser protocols' spans are the grpc.Server's, as their
 		// calls are its own.
-		b, err := newBrowser(o.GRPC, services, o, slots, gw)
+		b, err := newBrowser(o.GRPC, conn, services, o, slots, gw)
 		if err != nil {
 			return nil, err
 		}

@@ -349,7 +349,7 @@ func (b *browser) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h := b.handlers[r.URL.Path]; h != nil {
 		// The call's metadata is made of its headers and client address,
 		// as a REST call's (incomingMetadata).
-		r = r.WithContext(&restCall{Context: r.Context(), header: r.Header, remoteAddr: r.RemoteAddr})
+		r = r.WithContext(browserCall(r))
 		h.ServeHTTP(retryWriter{w}, r)
 		return
 	}
@@ -373,8 +373,13 @@ func (w retryWriter) WriteHeader(code int) {
 	w.ResponseWriter.WriteHeader(code)
 }
 
-// Flush is the writer's: vanguard needs an http.Flusher.
+// Flush is the writer's: vanguard needs an http.Flusher. connect-go
+// flushes a gRPC-Web answer that is all headers without writing its status
+// first (net/http writes 200), so the headers are completed here too.
 func (w retryWriter) Flush() {
+	if h := w.Header(); h.Get("Grpc-Status") == resourceExhausted && h.Get(retryAfterHeader) == "" {
+		h.Set(retryAfterHeader, "1")
+	}
 	if f, ok := w.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
@@ -608,8 +613,10 @@ func (w *textWriter) Write(b []byte) (int, error) {
 }
 
 // Flush sends what is encoded so far (vanguard needs an http.Flusher); a
-// stream's, padded.
+// stream's, padded. An answer that is all headers (connect-go flushes one
+// without writing its status) gets the text type too.
 func (w *textWriter) Flush() {
+	w.WriteHeader(http.StatusOK)
 	if w.stream && w.enc != nil {
 		_ = w.enc.Close()
 		w.enc = nil

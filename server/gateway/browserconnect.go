@@ -2,12 +2,15 @@ package gateway
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"net/http"
 	"strings"
 
 	"connectrpc.com/connect"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -28,6 +31,22 @@ import (
 // of its method there.
 type message struct {
 	proto.Message
+	// err is the error of a request message that did not decode, which
+	// the handler answers: connect-go would answer a codec's error as its
+	// own, without the ErrorInfo.
+	err error
+}
+
+// protoMessage is v as a protobuf message: the one a message holds, or v
+// itself (connect-go's own messages, such as an error's details).
+func protoMessage(v any) (proto.Message, error) {
+	switch m := v.(type) {
+	case *message:
+		return m.Message, nil
+	case proto.Message:
+		return m, nil
+	}
+	return nil, fmt.Errorf("%T is not a protobuf message", v)
 }
 
 // protoCodec is connect-go's protobuf codec for message.
@@ -35,14 +54,27 @@ type protoCodec struct{}
 
 func (protoCodec) Name() string { return "proto" }
 
-func (protoCodec) Marshal(v any) ([]byte, error) { return proto.Marshal(v.(*message).Message) }
+func (c protoCodec) Marshal(v any) ([]byte, error) { return c.MarshalAppend(nil, v) }
 
 func (protoCodec) MarshalAppend(dst []byte, v any) ([]byte, error) {
-	return proto.MarshalOptions{}.MarshalAppend(dst, v.(*message).Message)
+	m, err := protoMessage(v)
+	if err != nil {
+		return nil, err
+	}
+	return proto.MarshalOptions{}.MarshalAppend(dst, m)
 }
 
 func (protoCodec) Unmarshal(data []byte, v any) error {
-	return proto.Unmarshal(data, v.(*message).Message)
+	m, err := protoMessage(v)
+	if err != nil {
+		return err
+	}
+	if err := proto.Unmarshal(data, m); err != nil {
+		// The body was decoded before (browser.body), so this is not
+		// expected; answered as that would.
+		badRequest(v, malformed(reason.Clip(reason.ValidUTF8(fmt.Sprintf("the request body is not a %s message: %v", m.ProtoReflect().Descriptor().FullName(), err)))))
+	}
+	return nil
 }
 
 // jsonMessageCodec is connect-go's JSON codec for message, with the shape of
@@ -57,19 +89,33 @@ var (
 
 func (jsonMessageCodec) Name() string { return "json" }
 
-func (jsonMessageCodec) Marshal(v any) ([]byte, error) {
-	return browserMarshal.Marshal(v.(*message).Message)
-}
+func (c jsonMessageCodec) Marshal(v any) ([]byte, error) { return c.MarshalAppend(nil, v) }
 
 func (jsonMessageCodec) MarshalAppend(dst []byte, v any) ([]byte, error) {
-	return browserMarshal.MarshalAppend(dst, v.(*message).Message)
+	m, err := protoMessage(v)
+	if err != nil {
+		return nil, err
+	}
+	return browserMarshal.MarshalAppend(dst, m)
 }
 
 func (jsonMessageCodec) Unmarshal(data []byte, v any) error {
-	if err := browserUnmarshal.Unmarshal(data, v.(*message).Message); err != nil {
-		return connectError(status.Convert(reason.Error(codes.InvalidArgument, reason.MalformedBody, reason.Clip(reason.ValidUTF8(err.Error())))))
+	m, err := protoMessage(v)
+	if err != nil {
+		return err
+	}
+	if err := browserUnmarshal.Unmarshal(data, m); err != nil {
+		badRequest(v, malformed(reason.Clip(reason.ValidUTF8(err.Error()))))
 	}
 	return nil
+}
+
+// badRequest records err as the answer to the request v, when v is a
+// message; a codec's error would reach the client without its ErrorInfo.
+func badRequest(v any, err error) {
+	if m, ok := v.(*message); ok {
+		m.err = err
+	}
 }
 
 // newConnectHandlers returns connect-go's handler of every unary method of
@@ -84,6 +130,11 @@ func newConnectHandlers(conn *Channel, services []*shebav1.ServiceTable) map[str
 			full, newRequest := m.FullName, m.NewRequest
 			handlers[full] = connect.NewUnaryHandler(full,
 				func(ctx context.Context, req *connect.Request[message]) (*connect.Response[message], error) {
+					if err := req.Msg.err; err != nil {
+						// Refused before the chain, as the body's
+						// other errors are (browser.body).
+						return nil, connectError(complete(err).GRPCStatus())
+					}
 					out, header, trailer, err := conn.call(ctx, full, req.Msg.Message)
 					if err != nil {
 						ce := connectError(status.Convert(err))
@@ -91,7 +142,7 @@ func newConnectHandlers(conn *Channel, services []*shebav1.ServiceTable) map[str
 						addMetadata(ce.Meta(), trailer)
 						return nil, ce
 					}
-					resp := connect.NewResponse(&message{out})
+					resp := connect.NewResponse(&message{Message: out})
 					addMetadata(resp.Header(), header)
 					addMetadata(resp.Trailer(), trailer)
 					return resp, nil
@@ -135,6 +186,14 @@ func (c *Channel) call(ctx context.Context, method string, req proto.Message) (p
 	}
 	md, room := incomingMetadata(ctx)
 	sctx, stream := newCallContext(ctx, method, md, room)
+	if rc, ok := ctx.Value(restCallKey{}).(*restCall); ok && rc.browser {
+		// Not an in-process call: a browser's, whose peer is the client.
+		if c, ok := sctx.(*callContext); ok {
+			c.peer = &rc.peer
+		} else {
+			sctx = peer.NewContext(context.WithValue(sctx, inprocKey{}, nil), &rc.peer)
+		}
+	}
 	decode := func(in any) error {
 		proto.Merge(in.(proto.Message), req)
 		return nil
@@ -149,3 +208,19 @@ func (c *Channel) call(ctx context.Context, method string, req proto.Message) (p
 	}
 	return out.(proto.Message), header, trailer, nil
 }
+
+// browserCall returns the context of the browser call r, as the Channel
+// reads it: its headers, and its client as the call's peer.
+func browserCall(r *http.Request) context.Context {
+	rc := &restCall{Context: r.Context(), header: r.Header, browser: true}
+	rc.peer.Addr = clientAddr(r.RemoteAddr)
+	return rc
+}
+
+// clientAddr is the address of an HTTP client, as net/http gives it.
+type clientAddr string
+
+func (clientAddr) Network() string  { return "tcp" }
+func (a clientAddr) String() string { return string(a) }
+
+var _ net.Addr = clientAddr("")

@@ -217,17 +217,26 @@ type callContext struct {
 	context.Context
 	md     metadata.MD
 	stream inprocStream
+	// peer is the client of a browser call (browserconnect.go), which is
+	// not an in-process call to the chain; nil for a REST call's.
+	peer *peer.Peer
 }
 
 func (c *callContext) Value(key any) any {
 	switch key {
 	case inprocKey{}:
+		if c.peer != nil {
+			return nil
+		}
 		return true
 	case grpcKeys.incoming:
 		return c.md
 	case grpcKeys.outgoing:
 		return nil
 	case grpcKeys.peer:
+		if c.peer != nil {
+			return c.peer
+		}
 		return inprocPeer
 	case grpcKeys.stream:
 		return grpc.ServerTransportStream(&c.stream)

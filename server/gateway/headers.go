@@ -10,6 +10,7 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/shebasvc/sheba/interceptors/apikey"
@@ -84,6 +85,11 @@ type restCall struct {
 	// x-forwarded-for metadata.
 	call         callContext
 	forwardedFor [1]string
+	// browser marks the call of a browser protocol (browserconnect.go):
+	// its metadata has the Authorization header, as grpc-go makes it,
+	// and not the client's address, which is its peer (peer) instead.
+	browser bool
+	peer    peer.Peer
 	// refusedHeader is the response metadata of a stream refused at its
 	// opening (refusedStream), which grpc-gateway does not pass on with
 	// the error, as it does a unary call's: errorHandler writes it.
@@ -138,6 +144,12 @@ func incomingMetadata(ctx context.Context) (metadata.MD, *callContext) {
 		if vs := values(rc.header[name]); len(vs) > 0 {
 			md[key] = append(vs, md[key]...)
 		}
+	}
+	if rc.browser {
+		if vs := metadataValues(rc.header[authorizationHeaders[0]]); len(vs) > 0 {
+			md[apikey.AuthorizationKey] = append(vs, md[apikey.AuthorizationKey]...)
+		}
+		return md, room
 	}
 	// As grpc-gateway: the client's address after the X-Forwarded-For
 	// values a client sent, in one value.

@@ -343,6 +343,7 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 		// The seam between the two ways of serving the browser
 		// protocols (browserByConnect).
 		ConnectHandlers: o.connectHandlers,
+		Codec:           server.Codec(0),
 		AllowedOrigins:  cfg.HTTP.CORS.AllowedOrigins,
 		// A browser call's message, as a gRPC message is bounded, with
 		// its repeated fields bounded before it is unmarshalled.

@@ -18,6 +18,8 @@ import (
 	"connectrpc.com/vanguard"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -27,6 +29,7 @@ import (
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/interceptors/reason"
 	"github.com/shebasvc/sheba/interceptors/retryafter"
+	"github.com/shebasvc/sheba/interceptors/tracing"
 )
 
 // The browser protocols (docs/browser.md): Connect (unary, JSON and
@@ -185,6 +188,9 @@ type browser struct {
 	// methods (Options.ConnectHandlers), by full method name, which serve
 	// their calls in place of vanguard.
 	handlers map[string]http.Handler
+	// spans start the spans of the calls handlers serve; nil without
+	// tracing.
+	spans *browserSpans
 	// gw writes the errors of requests that speak no browser protocol, as
 	// REST does.
 	gw *runtime.ServeMux
@@ -233,11 +239,21 @@ func newBrowser(srv http.Handler, conn *Channel, services []*shebav1.ServiceTabl
 		return nil, fmt.Errorf("gateway: browser protocols: %w", err)
 	}
 	var handlers map[string]http.Handler
+	var spans *browserSpans
 	if o.ConnectHandlers {
-		handlers = newConnectHandlers(conn, services)
+		spans = newBrowserSpans(o.TracerProvider)
+		var sh *tracing.ServerHandler
+		if spans != nil {
+			sh = spans.handler
+		}
+		codec := o.Codec
+		if codec == nil {
+			codec = encoding.GetCodecV2(grpcproto.Name)
+		}
+		handlers = newConnectHandlers(conn, services, codec, sh)
 	}
 	return &browser{
-		handlers: handlers, transcoder: t, authn: o.Authenticator, slots: slots, maxMessage: maxMessage, bounds: o.RepeatedBounds,
+		handlers: handlers, spans: spans, transcoder: t, authn: o.Authenticator, slots: slots, maxMessage: maxMessage, bounds: o.RepeatedBounds,
 		methods: methods, streams: streams, writeTimeout: o.WriteTimeout, errors: connect.NewErrorWriter(), gw: gw,
 	}, nil
 }
@@ -349,6 +365,11 @@ func (b *browser) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h := b.handlers[r.URL.Path]; h != nil {
 		// The call's metadata is made of its headers and client address,
 		// as a REST call's (incomingMetadata).
+		if b.spans != nil {
+			var end func()
+			r, end = b.spans.start(r)
+			defer end()
+		}
 		r = r.WithContext(browserCall(r))
 		h.ServeHTTP(retryWriter{w}, r)
 		return

@@ -8,15 +8,21 @@ import (
 	"strings"
 
 	"connectrpc.com/connect"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/interceptors/reason"
+	"github.com/shebasvc/sheba/interceptors/tracing"
 )
 
 // The browser protocols by connect-go's own handlers (Options.ConnectHandlers),
@@ -24,17 +30,18 @@ import (
 // Channel on the request goroutine, as a REST call does: no transcoding, and
 // no grpc.Server between the HTTP request and the chain.
 
-// message is any request or response message, as connect-go's handlers
-// hold it: their message types are type parameters, and the method table's
-// messages are known only as proto.Message. The codecs below read and write
-// the message inside; each handler's request initializer puts a new request
-// of its method there.
+// message is a request or response message as connect-go's handlers
+// hold it (their message types are type parameters; the method table's
+// messages are known only as proto.Message): an answer's message, which
+// the codecs below encode, or a request's body, which they keep as it is
+// for the call to decode into the request the chain gets (Channel.call),
+// as a grpc.Server's codec decodes a gRPC call's.
 type message struct {
 	proto.Message
-	// err is the error of a request message that did not decode, which
-	// the handler answers: connect-go would answer a codec's error as its
-	// own, without the ErrorInfo.
-	err error
+	// data is a request's message, as sent (uncompressed), in JSON when
+	// json is set, else in protobuf.
+	data []byte
+	json bool
 }
 
 // protoMessage is v as a protobuf message: the one a message holds, or v
@@ -47,6 +54,17 @@ func protoMessage(v any) (proto.Message, error) {
 		return m, nil
 	}
 	return nil, fmt.Errorf("%T is not a protobuf message", v)
+}
+
+// keep keeps data in v, a request's message, unread.
+func keep(data []byte, v any, json bool) error {
+	m, ok := v.(*message)
+	if !ok {
+		return fmt.Errorf("%T is not a request message", v)
+	}
+	// connect-go reuses its buffer once this returns.
+	m.data, m.json = append(m.data[:0], data...), json
+	return nil
 }
 
 // protoCodec is connect-go's protobuf codec for message.
@@ -64,22 +82,10 @@ func (protoCodec) MarshalAppend(dst []byte, v any) ([]byte, error) {
 	return proto.MarshalOptions{}.MarshalAppend(dst, m)
 }
 
-func (protoCodec) Unmarshal(data []byte, v any) error {
-	m, err := protoMessage(v)
-	if err != nil {
-		return err
-	}
-	if err := proto.Unmarshal(data, m); err != nil {
-		// The body was decoded before (browser.body), so this is not
-		// expected; answered as that would.
-		badRequest(v, malformed(reason.Clip(reason.ValidUTF8(fmt.Sprintf("the request body is not a %s message: %v", m.ProtoReflect().Descriptor().FullName(), err)))))
-	}
-	return nil
-}
+func (protoCodec) Unmarshal(data []byte, v any) error { return keep(data, v, false) }
 
 // jsonMessageCodec is connect-go's JSON codec for message, with the shape of
-// the REST JSON (defaults shown, unknown fields refused), whose decoding
-// errors are the client's INVALID_ARGUMENT MALFORMED_BODY.
+// the REST JSON: defaults shown, unknown fields refused (decodeJSON).
 type jsonMessageCodec struct{}
 
 var (
@@ -99,43 +105,35 @@ func (jsonMessageCodec) MarshalAppend(dst []byte, v any) ([]byte, error) {
 	return browserMarshal.MarshalAppend(dst, m)
 }
 
-func (jsonMessageCodec) Unmarshal(data []byte, v any) error {
-	m, err := protoMessage(v)
-	if err != nil {
-		return err
-	}
+func (jsonMessageCodec) Unmarshal(data []byte, v any) error { return keep(data, v, true) }
+
+// decodeJSON decodes data into m, or returns the client's error:
+// INVALID_ARGUMENT MALFORMED_BODY, quoting at most reason.MaxQuoted bytes.
+func decodeJSON(data []byte, m proto.Message) error {
 	if err := browserUnmarshal.Unmarshal(data, m); err != nil {
-		badRequest(v, malformed(reason.Clip(reason.ValidUTF8(err.Error()))))
+		return complete(malformed(reason.Clip(reason.ValidUTF8(err.Error()))))
 	}
 	return nil
 }
 
-// badRequest records err as the answer to the request v, when v is a
-// message; a codec's error would reach the client without its ErrorInfo.
-func badRequest(v any, err error) {
-	if m, ok := v.(*message); ok {
-		m.err = err
-	}
-}
-
 // newConnectHandlers returns connect-go's handler of every unary method of
 // services, by full method name, each calling it over conn.
-func newConnectHandlers(conn *Channel, services []*shebav1.ServiceTable) map[string]http.Handler {
+func newConnectHandlers(conn *Channel, services []*shebav1.ServiceTable, codec encoding.CodecV2, spans *tracing.ServerHandler) map[string]http.Handler {
 	handlers := map[string]http.Handler{}
 	for _, svc := range services {
 		for _, m := range svc.Methods {
 			if m.ServerStreams {
 				continue
 			}
-			full, newRequest := m.FullName, m.NewRequest
+			full := m.FullName
 			handlers[full] = connect.NewUnaryHandler(full,
 				func(ctx context.Context, req *connect.Request[message]) (*connect.Response[message], error) {
-					if err := req.Msg.err; err != nil {
-						// Refused before the chain, as the body's
-						// other errors are (browser.body).
-						return nil, connectError(complete(err).GRPCStatus())
+					out, header, trailer, err := conn.call(ctx, full, req.Msg, codec)
+					if spans != nil {
+						// The call's span gets its outcome, as the
+						// grpc.Server's stats handler gives it.
+						spans.HandleRPC(ctx, &stats.End{Error: err})
 					}
-					out, header, trailer, err := conn.call(ctx, full, req.Msg.Message)
 					if err != nil {
 						ce := connectError(status.Convert(err))
 						addMetadata(ce.Meta(), header)
@@ -147,10 +145,6 @@ func newConnectHandlers(conn *Channel, services []*shebav1.ServiceTable) map[str
 					addMetadata(resp.Trailer(), trailer)
 					return resp, nil
 				},
-				connect.WithRequestInitializer(func(_ connect.Spec, v any) error {
-					v.(*message).Message = newRequest()
-					return nil
-				}),
 				connect.WithCodec(protoCodec{}),
 				connect.WithCodec(jsonMessageCodec{}),
 			)
@@ -175,11 +169,15 @@ func addMetadata(h http.Header, md metadata.MD) {
 	}
 }
 
-// call calls unary method with req over c, on the caller's goroutine, as
-// Invoke does, and returns the handler's own answer (not a copy) and the
-// call's response metadata. ctx is a browser request's: its headers and
-// client address make the call's metadata, as a REST request's do.
-func (c *Channel) call(ctx context.Context, method string, req proto.Message) (proto.Message, metadata.MD, metadata.MD, error) {
+// call calls unary method over c with the request req holds, on the
+// caller's goroutine, as Invoke does, and returns the handler's own answer
+// (not a copy) and the call's response metadata. The request is decoded
+// into the message the chain gets: JSON here, protobuf by codec (the
+// grpc.Server's, server.Codec, which refuses a repeated field over its
+// bound unread, for the chain to answer). ctx is a browser request's
+// (browserCall): its headers make the call's metadata, as a REST
+// request's do, and its client is the call's peer.
+func (c *Channel) call(ctx context.Context, method string, req *message, codec encoding.CodecV2) (proto.Message, metadata.MD, metadata.MD, error) {
 	m, ok := c.methods[method]
 	if !ok {
 		return nil, nil, nil, status.Errorf(codes.Unimplemented, "unknown method %s", method)
@@ -195,8 +193,10 @@ func (c *Channel) call(ctx context.Context, method string, req proto.Message) (p
 		}
 	}
 	decode := func(in any) error {
-		proto.Merge(in.(proto.Message), req)
-		return nil
+		if req.json {
+			return decodeJSON(req.data, in.(proto.Message))
+		}
+		return codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(req.data)}, in)
 	}
 	out, err := m.handler(m.impl, sctx, decode, c.interceptor)
 	header, trailer := stream.headerMD(), stream.trailerMD()
@@ -224,3 +224,35 @@ func (clientAddr) Network() string  { return "tcp" }
 func (a clientAddr) String() string { return string(a) }
 
 var _ net.Addr = clientAddr("")
+
+// browserSpans starts the span of a browser call served by connect-go's
+// handlers, as the grpc.Server's stats handler starts a gRPC call's (the
+// span named by the method, a child of the W3C Trace Context the request
+// carries); the handler ends it with the call's outcome, and a call that
+// never reaches it ends it when answered.
+type browserSpans struct {
+	handler *tracing.ServerHandler
+	prop    propagation.TextMapPropagator
+}
+
+func newBrowserSpans(tp trace.TracerProvider) *browserSpans {
+	if tp == nil {
+		return nil
+	}
+	return &browserSpans{handler: tracing.NewServerHandler(tp),
+		prop: propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})}
+}
+
+// start returns r in the context of its call's span, and the function that
+// ends the span.
+func (s *browserSpans) start(r *http.Request) (*http.Request, func()) {
+	ctx := s.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	ctx = s.handler.TagRPC(ctx, &stats.RPCTagInfo{FullMethodName: r.URL.Path})
+	span := trace.SpanFromContext(ctx)
+	if span.IsRecording() {
+		if addr, ok := ctx.Value(http.LocalAddrContextKey).(net.Addr); ok {
+			s.handler.HandleRPC(ctx, &stats.InHeader{LocalAddr: addr})
+		}
+	}
+	return r.WithContext(ctx), func() { span.End() }
+}

@@ -13,6 +13,7 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
@@ -67,6 +68,9 @@ type Options struct {
 	// connect-go's handlers, calling the services over conn on the request
 	// goroutine (browserconnect.go), in place of vanguard and GRPC.
 	ConnectHandlers bool
+	// Codec decodes a protobuf request of the browser protocols into the
+	// request the chain gets (server.Codec), with ConnectHandlers.
+	Codec encoding.CodecV2
 	// AllowedOrigins are the origins granted CORS (cors.go); empty: none,
 	// and no CORS header is ever written.
 	AllowedOrigins []string

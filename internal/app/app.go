@@ -739,4 +739,4 @@ func (a *App) Serve(ctx context.Context, lis Listeners) error {
 // reach the chain: true, by connect-go's handlers calling the services over
 // the in-process channel on the request goroutine; false, transcoded by
 // vanguard to the browser grpc.Server's ServeHTTP.
-const browserByConnect = false
+const browserByConnect = true

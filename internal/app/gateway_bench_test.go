@@ -71,8 +71,9 @@ func gatewayJSONBenchCases(tb testing.TB) []benchCase {
 		{"get-account", http.MethodGet, "/v1/accounts/" + a.ID, "", untraced, http.StatusOK, ""},
 		{"get-account-standby", http.MethodGet, "/v1/accounts/" + a.ID, "", viaStandby, http.StatusOK, ""},
 		{"invalid-username", http.MethodPost, "/v1/accounts", `{"username":"X","password":"password1"}`, untraced, http.StatusBadRequest, ""},
-		// The browser protocols (docs/browser.md), as served by default,
-		// then through vanguard and by connect-go's handlers.
+		// The browser protocols (docs/browser.md), as served by default
+		// (browserByConnect), then through vanguard and by connect-go's
+		// handlers, to compare the two in one process.
 		{"ping-connect-json", http.MethodPost, browserPing, "{}", untraced, http.StatusOK, "application/json"},
 		{"ping-connect-proto", http.MethodPost, browserPing, "", untraced, http.StatusOK, "application/proto"},
 		{"ping-grpc-web", http.MethodPost, browserPing, "\x00\x00\x00\x00\x00", untraced, http.StatusOK, "application/grpc-web+proto"},

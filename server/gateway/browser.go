@@ -33,9 +33,12 @@ import (
 )
 
 // The browser protocols (docs/browser.md): Connect (unary, JSON and
-// proto) and gRPC-Web (binary and text) at POST /sheba.v1.<Service>/<Method>,
-// transcoded by vanguard to the ServeHTTP of a grpc.Server that has the
-// services behind the one chain: auth, limits, the hook, the metrics, the
+// proto) and gRPC-Web (binary and text) at POST /sheba.v1.<Service>/<Method>.
+// With Options.ConnectHandlers, a unary call is served by connect-go's
+// handler of its method, which calls it over the Channel on the request
+// goroutine (browserconnect.go); a server stream, and every call without
+// it, is transcoded by vanguard to the ServeHTTP of a grpc.Server that has
+// the services behind the one chain. Either way, auth, limits, the hook, the metrics, the
 // log line and the span are the chain's and the stats handler's, once, as
 // for any gRPC call, and its errors reach the client in the protocol's own
 // format with their ErrorInfo. In front of vanguard, the guards of the REST
@@ -191,6 +194,9 @@ type browser struct {
 	// spans start the spans of the calls handlers serve; nil without
 	// tracing.
 	spans *browserSpans
+	// allHeaders: the calls' metadata has every header of the request
+	// (Options.ShareRequest: the hook reads its headers there).
+	allHeaders bool
 	// gw writes the errors of requests that speak no browser protocol, as
 	// REST does.
 	gw *runtime.ServeMux
@@ -253,7 +259,7 @@ func newBrowser(srv http.Handler, conn *Channel, services []*shebav1.ServiceTabl
 		handlers = newConnectHandlers(conn, services, codec, sh)
 	}
 	return &browser{
-		handlers: handlers, spans: spans, transcoder: t, authn: o.Authenticator, slots: slots, maxMessage: maxMessage, bounds: o.RepeatedBounds,
+		handlers: handlers, spans: spans, allHeaders: o.ShareRequest, transcoder: t, authn: o.Authenticator, slots: slots, maxMessage: maxMessage, bounds: o.RepeatedBounds,
 		methods: methods, streams: streams, writeTimeout: o.WriteTimeout, errors: connect.NewErrorWriter(), gw: gw,
 	}, nil
 }
@@ -370,7 +376,7 @@ func (b *browser) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			r, end = b.spans.start(r)
 			defer end()
 		}
-		r = r.WithContext(browserCall(r))
+		r = r.WithContext(browserCall(r, b.allHeaders))
 		h.ServeHTTP(retryWriter{w}, r)
 		return
 	}

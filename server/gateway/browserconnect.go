@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -184,14 +183,6 @@ func (c *Channel) call(ctx context.Context, method string, req *message, codec e
 	}
 	md, room := incomingMetadata(ctx)
 	sctx, stream := newCallContext(ctx, method, md, room)
-	if rc, ok := ctx.Value(restCallKey{}).(*restCall); ok && rc.browser {
-		// Not an in-process call: a browser's, whose peer is the client.
-		if c, ok := sctx.(*callContext); ok {
-			c.peer = &rc.peer
-		} else {
-			sctx = peer.NewContext(context.WithValue(sctx, inprocKey{}, nil), &rc.peer)
-		}
-	}
 	decode := func(in any) error {
 		if req.json {
 			return decodeJSON(req.data, in.(proto.Message))
@@ -211,8 +202,8 @@ func (c *Channel) call(ctx context.Context, method string, req *message, codec e
 
 // browserCall returns the context of the browser call r, as the Channel
 // reads it: its headers, and its client as the call's peer.
-func browserCall(r *http.Request) context.Context {
-	rc := &restCall{Context: r.Context(), header: r.Header, browser: true}
+func browserCall(r *http.Request, allHeaders bool) context.Context {
+	rc := &restCall{Context: r.Context(), header: r.Header, browser: true, allHeaders: allHeaders}
 	rc.peer.Addr = clientAddr(r.RemoteAddr)
 	return rc
 }

@@ -243,7 +243,7 @@ func New(ctx context.Context, conn *Channel, o Options) (http.Handler, error) {
 	}
 	if o.GRPC != nil {
 		// The browser protocols' spans are the grpc.Server's, as their
-		// calls are its own.
+		// calls are its own, or made as it makes them (browserSpans).
 		b, err := newBrowser(o.GRPC, conn, services, o, slots, gw)
 		if err != nil {
 			return nil, err

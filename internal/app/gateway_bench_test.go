@@ -86,6 +86,7 @@ func gatewayJSONBenchCases(tb testing.TB) []benchCase {
 	} {
 		cases = append(cases, benchCase{bc.name, func(b *testing.B) {
 			b.ReportAllocs()
+			cpu := processCPU()
 			for b.Loop() {
 				req := httptest.NewRequest(bc.method, bc.path, strings.NewReader(bc.body))
 				req.Header.Set("X-Api-Key", key)
@@ -100,6 +101,9 @@ func gatewayJSONBenchCases(tb testing.TB) []benchCase {
 				if rec.Code != bc.want {
 					b.Fatalf("got %d, want %d: %s", rec.Code, bc.want, rec.Body)
 				}
+			}
+			if cpu := processCPU() - cpu; cpu > 0 {
+				b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 			}
 		}})
 	}

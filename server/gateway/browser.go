@@ -376,6 +376,15 @@ func (b *browser) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			r, end = b.spans.start(r)
 			defer end()
 		}
+		if v := r.Header.Get("Connect-Timeout-Ms"); len(v) > maxConnectTimeoutDigits {
+			// connect-go refuses a timeout of more digits than Connect
+			// allows, without an ErrorInfo; vanguard takes it (badTimeout
+			// has checked that it parses), and so do these handlers: as
+			// its own value without leading zeros, or the longest, over
+			// 115 days.
+			n, _ := strconv.ParseInt(v, 10, 64)
+			r.Header.Set("Connect-Timeout-Ms", strconv.FormatInt(min(n, maxConnectTimeout), 10))
+		}
 		r = r.WithContext(browserCall(r, b.allHeaders))
 		h.ServeHTTP(retryWriter{w}, r)
 		return
@@ -411,6 +420,13 @@ func (w retryWriter) Flush() {
 		f.Flush()
 	}
 }
+
+// maxConnectTimeoutDigits is the most digits of a Connect-Timeout-Ms that
+// connect-go takes (the Connect protocol's bound).
+const (
+	maxConnectTimeoutDigits = 10
+	maxConnectTimeout       = 9_999_999_999
+)
 
 // resourceExhausted is RESOURCE_EXHAUSTED in a grpc-status header.
 var resourceExhausted = strconv.Itoa(int(codes.ResourceExhausted))

@@ -352,6 +352,9 @@ func testBrowserBodies(t *testing.T, url string) {
 		{"gRPC-Web, gzip named, not compressed", "application/grpc-web", grpcWebFrame(0, valid), []string{"Grpc-Encoding", "gzip"}, "uuu"},
 		{"gRPC-Web text, line breaks", "application/grpc-web-text", []byte(wrapped), nil, "uuu"},
 		{"gRPC-Web text, chunked", "application/grpc-web-text", []byte(wrapped), []string{"chunked", ""}, "uuu"},
+		// A timeout of more digits than Connect's ten is as good as none.
+		{"Connect proto, a timeout of 11 digits", "application/proto", valid, []string{"Connect-Timeout-Ms", "12345678901"}, "uuu"},
+		{"Connect proto, a timeout with leading zeros", "application/proto", valid, []string{"Connect-Timeout-Ms", "000000060000"}, "uuu"},
 		{"no key", "application/proto", []byte("\xff\xff\xff"), []string{"X-Api-Key", "wrong"}, ""},
 		{"no key, gRPC-Web", "application/grpc-web", []byte("\xff"), []string{"X-Api-Key", "wrong", "Grpc-Encoding", "zstd"}, ""},
 	} {

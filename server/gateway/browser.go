@@ -256,7 +256,7 @@ func newBrowser(srv http.Handler, conn *Channel, services []*shebav1.ServiceTabl
 		if codec == nil {
 			codec = encoding.GetCodecV2(grpcproto.Name)
 		}
-		handlers = newConnectHandlers(conn, services, codec, sh)
+		handlers = newConnectHandlers(conn, services, codec, sh, o.CompressMinBytes)
 	}
 	return &browser{
 		handlers: handlers, spans: spans, allHeaders: o.ShareRequest, transcoder: t, authn: o.Authenticator, slots: slots, maxMessage: maxMessage, bounds: o.RepeatedBounds,

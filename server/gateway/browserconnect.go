@@ -117,7 +117,7 @@ func decodeJSON(data []byte, m proto.Message) error {
 
 // newConnectHandlers returns connect-go's handler of every unary method of
 // services, by full method name, each calling it over conn.
-func newConnectHandlers(conn *Channel, services []*shebav1.ServiceTable, codec encoding.CodecV2, spans *tracing.ServerHandler) map[string]http.Handler {
+func newConnectHandlers(conn *Channel, services []*shebav1.ServiceTable, codec encoding.CodecV2, spans *tracing.ServerHandler, compressMinBytes int) map[string]http.Handler {
 	handlers := map[string]http.Handler{}
 	for _, svc := range services {
 		for _, m := range svc.Methods {
@@ -146,6 +146,9 @@ func newConnectHandlers(conn *Channel, services []*shebav1.ServiceTable, codec e
 				},
 				connect.WithCodec(protoCodec{}),
 				connect.WithCodec(jsonMessageCodec{}),
+				// A browser accepts gzip on every call: a small answer
+				// is sent as it is, as REST's is.
+				connect.WithCompressMinBytes(compressMinBytes),
 			)
 		}
 	}

@@ -237,6 +237,30 @@ func TestHookSees(t *testing.T) {
 			t.Errorf("the hook was sent the API key: %s", raw[0])
 		}
 	})
+	// A browser call's headers reach the hook as a gRPC call's metadata do.
+	t.Run("connect", func(t *testing.T) {
+		id := e.freshAccount(t)
+		hook.calls()
+		a := browserCall[shebav1.CreateSubscriptionRequest, shebav1.CreateSubscriptionResponse](t, e, "connect-json",
+			"/sheba.v1.SubscriptionService/CreateSubscription", &shebav1.CreateSubscriptionRequest{AccountId: id, Plan: "pro"}, testKey,
+			"x-tenant", "acme", "x-request-id", "req-connect")
+		if a.st != nil {
+			t.Fatalf("CreateSubscription: %v", a.st)
+		}
+		got, _ := hook.calls()
+		if len(got) != 1 {
+			t.Fatalf("the hook got %d calls, want 1", len(got))
+		}
+		want := map[string]any{"id": "req-connect", "x-tenant": []any{"acme"}}
+		headers, _ := got[0]["headers"].(map[string]any)
+		gotSome := map[string]any{"id": got[0]["id"], "x-tenant": headers["x-tenant"]}
+		if diff := cmp.Diff(want, gotSome); diff != "" {
+			t.Errorf("hook request mismatch (-want +got):\n%s", diff)
+		}
+		if ua, _ := headers["user-agent"].([]any); len(ua) != 1 {
+			t.Errorf("got user-agent %v, want the client's", headers["user-agent"])
+		}
+	})
 	t.Run("public method without a key", func(t *testing.T) {
 		hook.calls()
 		r := e.do(t, http.MethodGet, "/v1/ping", "", "X-Api-Key", "")

@@ -338,9 +338,13 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 		ShareRequest: hookLink != nil,
 		// The chain's own key check, so that REST reads no body the chain
 		// would refuse.
-		Authenticator:  authn,
-		GRPC:           a.browser,
-		AllowedOrigins: cfg.HTTP.CORS.AllowedOrigins,
+		Authenticator: authn,
+		GRPC:          a.browser,
+		// The seam between the two ways of serving the browser
+		// protocols (browserByConnect).
+		ConnectHandlers: o.connectHandlers,
+		Codec:           server.Codec(0),
+		AllowedOrigins:  cfg.HTTP.CORS.AllowedOrigins,
 		// A browser call's message, as a gRPC message is bounded, with
 		// its repeated fields bounded before it is unmarshalled.
 		MaxMessageBytes: int64(cfg.GRPC.MaxRecvBytes),
@@ -730,3 +734,9 @@ func (a *App) Serve(ctx context.Context, lis Listeners) error {
 	}
 	return errors.Join(serveErr, a.shutdown(bg))
 }
+
+// browserByConnect chooses how the browser protocols (Connect, gRPC-Web)
+// reach the chain: true, by connect-go's handlers calling the services over
+// the in-process channel on the request goroutine; false, transcoded by
+// vanguard to the browser grpc.Server's ServeHTTP.
+const browserByConnect = true

@@ -48,6 +48,9 @@ func gatewayJSONBenchCases(tb testing.TB) []benchCase {
 		return benchApp(tb, cfg, opts...).Handler()
 	}
 	untraced := handler()
+	// The browser protocols both ways (browserByConnect).
+	vanguard := handler(withConnectHandlers(false))
+	connectGo := handler(withConnectHandlers(true))
 	unsampled := handler(WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))))
 	// Every request sampled and its span recorded, exported nowhere: what
 	// tracing costs the request itself (make bench's ping-rest-traced
@@ -73,13 +76,22 @@ func gatewayJSONBenchCases(tb testing.TB) []benchCase {
 		{"get-account", http.MethodGet, "/v1/accounts/" + a.ID, "", untraced, http.StatusOK, ""},
 		{"get-account-standby", http.MethodGet, "/v1/accounts/" + a.ID, "", viaStandby, http.StatusOK, ""},
 		{"invalid-username", http.MethodPost, "/v1/accounts", `{"username":"X","password":"password1"}`, untraced, http.StatusBadRequest, ""},
-		// The browser protocols (docs/browser.md), through vanguard.
+		// The browser protocols (docs/browser.md), as served by default
+		// (browserByConnect), then through vanguard and by connect-go's
+		// handlers, to compare the two in one process.
 		{"ping-connect-json", http.MethodPost, browserPing, "{}", untraced, http.StatusOK, "application/json"},
 		{"ping-connect-proto", http.MethodPost, browserPing, "", untraced, http.StatusOK, "application/proto"},
 		{"ping-grpc-web", http.MethodPost, browserPing, "\x00\x00\x00\x00\x00", untraced, http.StatusOK, "application/grpc-web+proto"},
+		{"vanguard/ping-connect-json", http.MethodPost, browserPing, "{}", vanguard, http.StatusOK, "application/json"},
+		{"vanguard/ping-connect-proto", http.MethodPost, browserPing, "", vanguard, http.StatusOK, "application/proto"},
+		{"vanguard/ping-grpc-web", http.MethodPost, browserPing, "\x00\x00\x00\x00\x00", vanguard, http.StatusOK, "application/grpc-web+proto"},
+		{"connectgo/ping-connect-json", http.MethodPost, browserPing, "{}", connectGo, http.StatusOK, "application/json"},
+		{"connectgo/ping-connect-proto", http.MethodPost, browserPing, "", connectGo, http.StatusOK, "application/proto"},
+		{"connectgo/ping-grpc-web", http.MethodPost, browserPing, "\x00\x00\x00\x00\x00", connectGo, http.StatusOK, "application/grpc-web+proto"},
 	} {
 		cases = append(cases, benchCase{bc.name, func(b *testing.B) {
 			b.ReportAllocs()
+			cpu := processCPU()
 			for b.Loop() {
 				req := httptest.NewRequest(bc.method, bc.path, strings.NewReader(bc.body))
 				req.Header.Set("X-Api-Key", key)
@@ -94,6 +106,9 @@ func gatewayJSONBenchCases(tb testing.TB) []benchCase {
 				if rec.Code != bc.want {
 					b.Fatalf("got %d, want %d: %s", rec.Code, bc.want, rec.Body)
 				}
+			}
+			if cpu := processCPU() - cpu; cpu > 0 {
+				b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 			}
 		}})
 	}

@@ -22,13 +22,17 @@ type options struct {
 	resolver       *net.Resolver
 	interceptors   []grpc.UnaryServerInterceptor
 	eventServer    shebav1.EventServiceServer
+	// connectHandlers: the browser protocols' unary calls by connect-go's
+	// handlers rather than vanguard (gateway.Options.ConnectHandlers).
+	connectHandlers bool
 }
 
 func evaluateOptions(opts []Option) options {
 	o := options{
-		lookup:         func(string) (string, bool) { return "", false },
-		version:        "dev",
-		healthInterval: 2 * time.Second,
+		lookup:          func(string) (string, bool) { return "", false },
+		version:         "dev",
+		healthInterval:  2 * time.Second,
+		connectHandlers: browserByConnect,
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -111,4 +115,11 @@ func (o options) registrar(r grpc.ServiceRegistrar) grpc.ServiceRegistrar {
 		return r
 	}
 	return eventRegistrar{ServiceRegistrar: r, impl: o.eventServer}
+}
+
+// withConnectHandlers serves the browser protocols' calls by connect-go's
+// handlers when on, by vanguard when off, whatever browserByConnect says
+// (tests and benchmarks compare both).
+func withConnectHandlers(on bool) Option {
+	return func(o *options) { o.connectHandlers = on }
 }

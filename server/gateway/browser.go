@@ -18,6 +18,8 @@ import (
 	"connectrpc.com/vanguard"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -27,12 +29,16 @@ import (
 	shebav1 "github.com/shebasvc/sheba/gen/sheba/v1"
 	"github.com/shebasvc/sheba/interceptors/reason"
 	"github.com/shebasvc/sheba/interceptors/retryafter"
+	"github.com/shebasvc/sheba/interceptors/tracing"
 )
 
 // The browser protocols (docs/browser.md): Connect (unary, JSON and
-// proto) and gRPC-Web (binary and text) at POST /sheba.v1.<Service>/<Method>,
-// transcoded by vanguard to the ServeHTTP of a grpc.Server that has the
-// services behind the one chain: auth, limits, the hook, the metrics, the
+// proto) and gRPC-Web (binary and text) at POST /sheba.v1.<Service>/<Method>.
+// With Options.ConnectHandlers, a unary call is served by connect-go's
+// handler of its method, which calls it over the Channel on the request
+// goroutine (browserconnect.go); a server stream, and every call without
+// it, is transcoded by vanguard to the ServeHTTP of a grpc.Server that has
+// the services behind the one chain. Either way, auth, limits, the hook, the metrics, the
 // log line and the span are the chain's and the stats handler's, once, as
 // for any gRPC call, and its errors reach the client in the protocol's own
 // format with their ErrorInfo. In front of vanguard, the guards of the REST
@@ -181,6 +187,16 @@ type browser struct {
 	// stream's answer rather than the whole stream (streamWriter).
 	writeTimeout time.Duration
 	errors       *connect.ErrorWriter
+	// handlers, when not nil, are connect-go's handlers of the unary
+	// methods (Options.ConnectHandlers), by full method name, which serve
+	// their calls in place of vanguard.
+	handlers map[string]http.Handler
+	// spans start the spans of the calls handlers serve; nil without
+	// tracing.
+	spans *browserSpans
+	// allHeaders: the calls' metadata has every header of the request
+	// (Options.ShareRequest: the hook reads its headers there).
+	allHeaders bool
 	// gw writes the errors of requests that speak no browser protocol, as
 	// REST does.
 	gw *runtime.ServeMux
@@ -188,7 +204,7 @@ type browser struct {
 
 // newBrowser returns the handler of the browser protocols for services,
 // served by srv (a grpc.Server's ServeHTTP).
-func newBrowser(srv http.Handler, services []*shebav1.ServiceTable, o Options, slots *bodySlots, gw *runtime.ServeMux) (*browser, error) {
+func newBrowser(srv http.Handler, conn *Channel, services []*shebav1.ServiceTable, o Options, slots *bodySlots, gw *runtime.ServeMux) (*browser, error) {
 	maxMessage := o.MaxBodyBytes
 	if o.MaxMessageBytes > 0 {
 		maxMessage = min(maxMessage, o.MaxMessageBytes)
@@ -228,8 +244,22 @@ func newBrowser(srv http.Handler, services []*shebav1.ServiceTable, o Options, s
 	if err != nil {
 		return nil, fmt.Errorf("gateway: browser protocols: %w", err)
 	}
+	var handlers map[string]http.Handler
+	var spans *browserSpans
+	if o.ConnectHandlers {
+		spans = newBrowserSpans(o.TracerProvider)
+		var sh *tracing.ServerHandler
+		if spans != nil {
+			sh = spans.handler
+		}
+		codec := o.Codec
+		if codec == nil {
+			codec = encoding.GetCodecV2(grpcproto.Name)
+		}
+		handlers = newConnectHandlers(conn, services, codec, sh, o.CompressMinBytes)
+	}
 	return &browser{
-		transcoder: t, authn: o.Authenticator, slots: slots, maxMessage: maxMessage, bounds: o.RepeatedBounds,
+		handlers: handlers, spans: spans, allHeaders: o.ShareRequest, transcoder: t, authn: o.Authenticator, slots: slots, maxMessage: maxMessage, bounds: o.RepeatedBounds,
 		methods: methods, streams: streams, writeTimeout: o.WriteTimeout, errors: connect.NewErrorWriter(), gw: gw,
 	}, nil
 }
@@ -338,6 +368,27 @@ func (b *browser) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer tw.close()
 		w = tw
 	}
+	if h := b.handlers[r.URL.Path]; h != nil {
+		// The call's metadata is made of its headers and client address,
+		// as a REST call's (incomingMetadata).
+		if b.spans != nil {
+			var end func()
+			r, end = b.spans.start(r)
+			defer end()
+		}
+		if v := r.Header.Get("Connect-Timeout-Ms"); len(v) > maxConnectTimeoutDigits {
+			// connect-go refuses a timeout of more digits than Connect
+			// allows, without an ErrorInfo; vanguard takes it (badTimeout
+			// has checked that it parses), and so do these handlers: as
+			// its own value without leading zeros, or the longest, over
+			// 115 days.
+			n, _ := strconv.ParseInt(v, 10, 64)
+			r.Header.Set("Connect-Timeout-Ms", strconv.FormatInt(min(n, maxConnectTimeout), 10))
+		}
+		r = r.WithContext(browserCall(r, b.allHeaders))
+		h.ServeHTTP(retryWriter{w}, r)
+		return
+	}
 	b.transcoder.ServeHTTP(retryWriter{w}, r)
 }
 
@@ -358,12 +409,24 @@ func (w retryWriter) WriteHeader(code int) {
 	w.ResponseWriter.WriteHeader(code)
 }
 
-// Flush is the writer's: vanguard needs an http.Flusher.
+// Flush is the writer's: vanguard needs an http.Flusher. connect-go
+// flushes a gRPC-Web answer that is all headers without writing its status
+// first (net/http writes 200), so the headers are completed here too.
 func (w retryWriter) Flush() {
+	if h := w.Header(); h.Get("Grpc-Status") == resourceExhausted && h.Get(retryAfterHeader) == "" {
+		h.Set(retryAfterHeader, "1")
+	}
 	if f, ok := w.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
 }
+
+// maxConnectTimeoutDigits is the most digits of a Connect-Timeout-Ms that
+// connect-go takes (the Connect protocol's bound).
+const (
+	maxConnectTimeoutDigits = 10
+	maxConnectTimeout       = 9_999_999_999
+)
 
 // resourceExhausted is RESOURCE_EXHAUSTED in a grpc-status header.
 var resourceExhausted = strconv.Itoa(int(codes.ResourceExhausted))
@@ -593,8 +656,10 @@ func (w *textWriter) Write(b []byte) (int, error) {
 }
 
 // Flush sends what is encoded so far (vanguard needs an http.Flusher); a
-// stream's, padded.
+// stream's, padded. An answer that is all headers (connect-go flushes one
+// without writing its status) gets the text type too.
 func (w *textWriter) Flush() {
+	w.WriteHeader(http.StatusOK)
 	if w.stream && w.enc != nil {
 		_ = w.enc.Close()
 		w.enc = nil

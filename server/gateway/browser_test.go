@@ -49,21 +49,42 @@ func (echoAccounts) CreateAccount(_ context.Context, req *shebav1.CreateAccountR
 	return &shebav1.CreateAccountResponse{Account: &shebav1.Account{Username: req.GetUsername()}}, nil
 }
 
+// bothWays runs test against the gateway served through vanguard and by
+// connect-go's handlers.
+func bothWays(t *testing.T, test func(t *testing.T, url string)) {
+	for _, way := range []struct {
+		name      string
+		connectGo bool
+	}{{"vanguard", false}, {"connect-go", true}} {
+		t.Run(way.name, func(t *testing.T) {
+			t.Parallel()
+			test(t, newBrowserGateway(t, way.connectGo))
+		})
+	}
+}
+
 // browserLimit is the body limit of newBrowserGateway: a gRPC-Web frame of
 // a message of this size is 70 bytes, whose base64 ends in padding.
 const browserLimit = 65
 
-// newBrowserGateway serves the gateway over a bare grpc.Server and returns
-// its URL.
-func newBrowserGateway(t *testing.T) string {
+// newBrowserGateway serves the gateway over a bare grpc.Server (through
+// vanguard) or, with connectGo, over a Channel with the same service (by
+// connect-go's handlers: Options.ConnectHandlers), and returns its URL.
+func newBrowserGateway(t *testing.T, connectGo bool) string {
 	t.Helper()
-	srv := grpc.NewServer()
-	shebav1.RegisterAccountServiceServer(srv, echoAccounts{})
-	h, err := gateway.New(t.Context(), gateway.NewChannel(nil), gateway.Options{
+	// The service is on the way the calls go, and only there.
+	srv, channel := grpc.NewServer(), gateway.NewChannel(nil)
+	if connectGo {
+		shebav1.RegisterAccountServiceServer(channel, echoAccounts{})
+	} else {
+		shebav1.RegisterAccountServiceServer(srv, echoAccounts{})
+	}
+	h, err := gateway.New(t.Context(), channel, gateway.Options{
 		MaxBodyBytes:        browserLimit,
 		MaxConcurrentBodies: 4,
 		Authenticator:       browserAuth{},
 		GRPC:                srv,
+		ConnectHandlers:     connectGo,
 	})
 	if err != nil {
 		t.Fatalf("gateway.New: %v", err)
@@ -208,9 +229,9 @@ func createBody(t *testing.T, n int) []byte {
 // TestBrowserGuardsUnit: what does not decode is INVALID_ARGUMENT
 // MALFORMED_BODY (Connect: 400) and never INTERNAL; every answer of the
 // guards, in each protocol's format, carries exactly one ErrorInfo.
-func TestBrowserGuardsUnit(t *testing.T) {
-	t.Parallel()
-	url := newBrowserGateway(t)
+func TestBrowserGuardsUnit(t *testing.T) { bothWays(t, testBrowserGuardsUnit) }
+
+func testBrowserGuardsUnit(t *testing.T, url string) {
 	valid := createBody(t, 3)
 	garbage := []byte("\xff\xff\xff")
 	// A username that is not UTF-8, which proto3 refuses.
@@ -309,9 +330,9 @@ func TestBrowserGuardsUnit(t *testing.T) {
 // TestBrowserBodies: what decodes reaches the server as sent: compressed,
 // in text form with line breaks, without a length; and a call without a
 // key is served with an empty message, its body unread.
-func TestBrowserBodies(t *testing.T) {
-	t.Parallel()
-	url := newBrowserGateway(t)
+func TestBrowserBodies(t *testing.T) { bothWays(t, testBrowserBodies) }
+
+func testBrowserBodies(t *testing.T, url string) {
 	valid := createBody(t, 3)
 	wrapped := base64.StdEncoding.EncodeToString(grpcWebFrame(0, valid))
 	wrapped = wrapped[:4] + "\r\n" + wrapped[4:8] + "\n" + wrapped[8:]
@@ -331,6 +352,9 @@ func TestBrowserBodies(t *testing.T) {
 		{"gRPC-Web, gzip named, not compressed", "application/grpc-web", grpcWebFrame(0, valid), []string{"Grpc-Encoding", "gzip"}, "uuu"},
 		{"gRPC-Web text, line breaks", "application/grpc-web-text", []byte(wrapped), nil, "uuu"},
 		{"gRPC-Web text, chunked", "application/grpc-web-text", []byte(wrapped), []string{"chunked", ""}, "uuu"},
+		// A timeout of more digits than Connect's ten is as good as none.
+		{"Connect proto, a timeout of 11 digits", "application/proto", valid, []string{"Connect-Timeout-Ms", "12345678901"}, "uuu"},
+		{"Connect proto, a timeout with leading zeros", "application/proto", valid, []string{"Connect-Timeout-Ms", "000000060000"}, "uuu"},
 		{"no key", "application/proto", []byte("\xff\xff\xff"), []string{"X-Api-Key", "wrong"}, ""},
 		{"no key, gRPC-Web", "application/grpc-web", []byte("\xff"), []string{"X-Api-Key", "wrong", "Grpc-Encoding", "zstd"}, ""},
 	} {
@@ -350,9 +374,9 @@ func TestBrowserBodies(t *testing.T) {
 // (gRPC-Web text judged on its exact decoded length, not base64's
 // estimate), one byte more is RESOURCE_EXHAUSTED BODY_TOO_LARGE, whether
 // the body declares its length or not.
-func TestBrowserLimit(t *testing.T) {
-	t.Parallel()
-	url := newBrowserGateway(t)
+func TestBrowserLimit(t *testing.T) { bothWays(t, testBrowserLimit) }
+
+func testBrowserLimit(t *testing.T, url string) {
 	atLimit, over := createBody(t, browserLimit-2), createBody(t, browserLimit-1)
 	if len(atLimit) != browserLimit {
 		t.Fatalf("the message at the limit is %d bytes", len(atLimit))

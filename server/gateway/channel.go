@@ -217,17 +217,26 @@ type callContext struct {
 	context.Context
 	md     metadata.MD
 	stream inprocStream
+	// peer is the client of a browser call (browserconnect.go), which is
+	// not an in-process call to the chain; nil for a REST call's.
+	peer *peer.Peer
 }
 
 func (c *callContext) Value(key any) any {
 	switch key {
 	case inprocKey{}:
+		if c.peer != nil {
+			return nil
+		}
 		return true
 	case grpcKeys.incoming:
 		return c.md
 	case grpcKeys.outgoing:
 		return nil
 	case grpcKeys.peer:
+		if c.peer != nil {
+			return c.peer
+		}
 		return inprocPeer
 	case grpcKeys.stream:
 		return grpc.ServerTransportStream(&c.stream)
@@ -246,17 +255,24 @@ func newCallContext(ctx context.Context, method string, md metadata.MD, room *ca
 	if c == nil {
 		c = new(callContext)
 	}
-	*c = callContext{Context: ctx, md: md, stream: inprocStream{method: method}}
+	// A browser call's peer (incomingMetadata) is kept.
+	*c = callContext{Context: ctx, md: md, stream: inprocStream{method: method}, peer: c.peer}
 	return c, &c.stream
 }
 
 // plainCallContext is newCallContext with grpc-go's own functions.
 func plainCallContext(ctx context.Context, method string, md metadata.MD) (context.Context, *inprocStream) {
 	stream := &inprocStream{method: method}
-	ctx = context.WithValue(ctx, inprocKey{}, true)
+	p := inprocPeer
+	if rc, ok := ctx.Value(restCallKey{}).(*restCall); ok && rc.browser {
+		// A browser's call, not an in-process one.
+		ctx, p = context.WithValue(ctx, inprocKey{}, nil), &rc.peer
+	} else {
+		ctx = context.WithValue(ctx, inprocKey{}, true)
+	}
 	ctx = metadata.NewIncomingContext(ctx, md)
 	ctx = metadata.NewOutgoingContext(ctx, nil)
-	ctx = peer.NewContext(ctx, inprocPeer)
+	ctx = peer.NewContext(ctx, p)
 	return grpc.NewContextWithServerTransportStream(ctx, stream), stream
 }
 

@@ -13,6 +13,7 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
@@ -63,6 +64,13 @@ type Options struct {
 	// to which vanguard transcodes Connect and gRPC-Web calls at
 	// POST /sheba.v1.<Service>/<Method>.
 	GRPC http.Handler
+	// ConnectHandlers serves the unary calls of the browser protocols by
+	// connect-go's handlers, calling the services over conn on the request
+	// goroutine (browserconnect.go), in place of vanguard and GRPC.
+	ConnectHandlers bool
+	// Codec decodes a protobuf request of the browser protocols into the
+	// request the chain gets (server.Codec), with ConnectHandlers.
+	Codec encoding.CodecV2
 	// AllowedOrigins are the origins granted CORS (cors.go); empty: none,
 	// and no CORS header is ever written.
 	AllowedOrigins []string
@@ -257,8 +265,8 @@ func New(ctx context.Context, conn *Channel, o Options) (http.Handler, error) {
 	})
 	if o.GRPC != nil {
 		// The browser protocols' spans are the grpc.Server's, as their
-		// calls are its own.
-		b, err := newBrowser(o.GRPC, services, o, slots, gw)
+		// calls are its own, or made as it makes them (browserSpans).
+		b, err := newBrowser(o.GRPC, conn, services, o, slots, gw)
 		if err != nil {
 			return nil, err
 		}

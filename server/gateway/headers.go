@@ -10,6 +10,7 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/shebasvc/sheba/interceptors/apikey"
@@ -64,6 +65,16 @@ var channelHeaders = func() map[string]string {
 	return m
 }()
 
+// grpcReserved are the headers that grpc-go makes no metadata of (its
+// transport's isReservedHeader), and the protocols' own.
+var grpcReserved = map[string]bool{
+	"content-type": true, "te": true, "grpc-message-type": true, "grpc-encoding": true, "grpc-message": true,
+	"grpc-status": true, "grpc-timeout": true, "grpc-status-details-bin": true, "content-encoding": true,
+	"connect-protocol-version": true, "connect-timeout-ms": true, "connect-content-encoding": true,
+	"connect-accept-encoding": true, "grpc-accept-encoding": true, "accept-encoding": true, "content-length": true,
+	"connection": true, "transfer-encoding": true,
+}
+
 // forwardedForKey is the metadata of the client's address.
 const forwardedForKey = "x-forwarded-for"
 
@@ -98,6 +109,15 @@ type restCall struct {
 	// x-forwarded-for metadata.
 	call         callContext
 	forwardedFor [1]string
+	// browser marks the call of a browser protocol (browserconnect.go):
+	// its metadata has the Authorization header, as grpc-go makes it,
+	// and not the client's address, which is its peer (peer) instead.
+	browser bool
+	peer    peer.Peer
+	// allHeaders: a browser call's metadata has every header, as grpc-go
+	// makes a call's (the hook reads its allowlisted headers there), not
+	// only the chain's (Options.ShareRequest).
+	allHeaders bool
 	// refusedHeader is the response metadata of a stream refused at its
 	// opening (refusedStream), which grpc-gateway does not pass on with
 	// the error, as it does a unary call's: errorHandler writes it.
@@ -171,6 +191,26 @@ func incomingMetadata(ctx context.Context) (metadata.MD, *callContext) {
 		if vs := values(rc.header[name]); len(vs) > 0 {
 			md[key] = append(vs, md[key]...)
 		}
+	}
+	if rc.browser {
+		if vs := metadataValues(rc.header[authorizationHeaders[0]]); len(vs) > 0 {
+			md[apikey.AuthorizationKey] = append(vs, md[apikey.AuthorizationKey]...)
+		}
+		if rc.allHeaders {
+			for name, vs := range rc.header {
+				key := strings.ToLower(name)
+				if _, ok := md[key]; ok || grpcReserved[key] {
+					continue
+				}
+				if vs := metadataValues(vs); len(vs) > 0 {
+					md[key] = vs
+				}
+			}
+		}
+		if room != nil {
+			room.peer = &rc.peer
+		}
+		return md, room
 	}
 	// As grpc-gateway: the client's address after the X-Forwarded-For
 	// values a client sent, in one value.

@@ -327,6 +327,26 @@ func testBrowserGuardsUnit(t *testing.T, url string) {
 	}
 }
 
+// TestConnectEmptyJSONBody: a Connect JSON call with no body is the
+// client's mistake, 400 INVALID_ARGUMENT MALFORMED_BODY with its ErrorInfo,
+// on the connect-go path that serves the browser protocols (vanguard, the
+// other way, answered 500 INTERNAL).
+func TestConnectEmptyJSONBody(t *testing.T) {
+	r := browserPost(t, newBrowserGateway(t, true), http.MethodPost, createAccount, "application/json", nil)
+	if r.code != http.StatusBadRequest {
+		t.Errorf("HTTP %d, want 400; body %q", r.code, r.body)
+	}
+	if r.st == nil {
+		t.Fatalf("success (%q), want INVALID_ARGUMENT MALFORMED_BODY", r.username)
+	}
+	if r.st.Code() != codes.InvalidArgument {
+		t.Errorf("got %v %q, want INVALID_ARGUMENT", r.st.Code(), r.st.Message())
+	}
+	if diff := cmp.Diff([]string{reason.Domain + "/" + reason.MalformedBody}, resttest.ErrorInfos(r.st)); diff != "" {
+		t.Errorf("ErrorInfo (-want +got):\n%s", diff)
+	}
+}
+
 // TestBrowserBodies: what decodes reaches the server as sent: compressed,
 // in text form with line breaks, without a length; and a call without a
 // key is served with an empty message, its body unread.

@@ -507,7 +507,9 @@ func TestStreamEventsClientCancel(t *testing.T) {
 		m := e.scrape(t)
 		requests = series(m, "sheba_requests_total", "method", "code")
 		ended = series(m, "sheba_streams_ended_total", "reason")
-		return ended["reason=client"] == 1
+		// The stream's end and its call are counted by two links, one
+		// after the other: wait for both.
+		return ended["reason=client"] == 1 && requests["method="+shebav1.EventService_StreamEvents_FullMethodName+",code=Canceled"] > 0
 	})
 	if got := requests["method="+shebav1.EventService_StreamEvents_FullMethodName+",code=Canceled"]; got != 1 {
 		t.Errorf("sheba_requests_total of StreamEvents, Canceled: got %v, want 1 (all: %v)", got, requests)

@@ -8,7 +8,9 @@
 // body reaches the minimum size (it buffers up to that size to decide),
 // never when the handler set Content-Encoding itself, Content-Length dropped
 // and Vary: Accept-Encoding added, encoders pooled. HEAD answers are never
-// compressed, nor those whose handler sets the NoCompression header.
+// compressed, nor those whose handler sets the NoCompression header. The
+// answer to a request that accepts no coding (no Accept-Encoding) or is a
+// HEAD goes as gzhttp would send it, without its per-request wrapper.
 //
 // Request bodies are this package's own: gzhttp decompresses only gzip and
 // without a bound on the decompressed size. A body with Content-Encoding

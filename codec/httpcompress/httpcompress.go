@@ -1,10 +1,12 @@
 package httpcompress
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -134,7 +136,98 @@ func NewHandler(next http.Handler, opts ...Option) (http.Handler, error) {
 		return zd
 	}
 	d.zstdPool.Put(first)
-	return wrap(d), nil
+	return plainUnlessAccepted(wrap(d), d), nil
+}
+
+// plainUnlessAccepted returns compress, but for a request whose answer
+// gzhttp would not compress whatever it is (a HEAD, or one without
+// Accept-Encoding: the requests of most API clients), which goes to next
+// as gzhttp would send it: with Vary: Accept-Encoding after the Vary that
+// is set, the NoCompression header dropped, and next's writer wrapped.
+// gzhttp makes the wrapper, and the Vary value, anew for every request; a
+// wrapper here is pooled (as gzhttp pools its compressing ones) and a Vary
+// of Accept (the gateway's) shared, so such a request costs no allocation
+// here.
+func plainUnlessAccepted(compress http.Handler, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodHead && r.Header.Get("Accept-Encoding") != "" {
+			compress.ServeHTTP(w, r)
+			return
+		}
+		h := w.Header()
+		switch vary := h["Vary"]; {
+		case len(vary) == 0:
+			h["Vary"] = varyEncoding[:1:1]
+		case len(vary) == 1 && vary[0] == "Accept":
+			h["Vary"] = varyAcceptEncoding[:2:2]
+		default:
+			h.Add("Vary", "Accept-Encoding")
+		}
+		pw := plainWriters.Get().(*plainWriter)
+		*pw = plainWriter{ResponseWriter: w}
+		if _, ok := w.(http.Hijacker); ok {
+			next.ServeHTTP(plainHijacker{pw}, r)
+		} else {
+			next.ServeHTTP(pw, r)
+		}
+		h.Del(NoCompression)
+		pw.ResponseWriter = nil
+		plainWriters.Put(pw)
+	})
+}
+
+// The Vary values that plainUnlessAccepted shares: their capacity is their
+// length, so that an append to one copies it, and nothing changes them in
+// place.
+var (
+	varyEncoding       = []string{"Accept-Encoding"}
+	varyAcceptEncoding = []string{"Accept", "Accept-Encoding"}
+)
+
+var plainWriters = sync.Pool{New: func() any { return new(plainWriter) }}
+
+// plainWriter is the writer of an answer sent as it is: it drops the
+// NoCompression header before the answer's header goes out, as gzhttp's
+// NoGzipResponseWriter does, whose methods it has.
+type plainWriter struct {
+	http.ResponseWriter
+	cleaned bool
+}
+
+func (p *plainWriter) clean() {
+	if !p.cleaned {
+		p.ResponseWriter.Header().Del(NoCompression)
+		p.cleaned = true
+	}
+}
+
+func (p *plainWriter) Write(b []byte) (int, error) {
+	p.clean()
+	return p.ResponseWriter.Write(b)
+}
+
+func (p *plainWriter) WriteHeader(code int) {
+	p.clean()
+	p.ResponseWriter.WriteHeader(code)
+}
+
+func (p *plainWriter) Flush() { _ = p.FlushError() }
+
+// FlushError is Flush, with the error of the writer's Flush.
+func (p *plainWriter) FlushError() error {
+	p.clean()
+	return http.NewResponseController(p.ResponseWriter).Flush()
+}
+
+// Unwrap returns the writer, for http.ResponseController.
+func (p *plainWriter) Unwrap() http.ResponseWriter { return p.ResponseWriter }
+
+// plainHijacker is a plainWriter whose writer can be hijacked. It holds a
+// pointer alone, so it is an interface value without an allocation.
+type plainHijacker struct{ *plainWriter }
+
+func (p plainHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return p.ResponseWriter.(http.Hijacker).Hijack()
 }
 
 // decompressor replaces a compressed request body by its decompressed

@@ -1,19 +1,24 @@
 package httpcompress_test
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
@@ -584,3 +589,97 @@ func BenchmarkResponse(b *testing.B) {
 		})
 	}
 }
+
+// hijackRecorder is a recorder whose connection could be hijacked, as a
+// net/http server's HTTP/1 writer.
+type hijackRecorder struct{ *httptest.ResponseRecorder }
+
+func (hijackRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return nil, nil, errors.New("no conn")
+}
+
+// TestPlainAnswer checks what an answer that goes uncompressed whatever it
+// is (a request without Accept-Encoding, a HEAD) gets from the handler:
+// Vary: Accept-Encoding after the Vary already set, no NoCompression
+// header, a writer that flushes, unwraps and hijacks when the server's
+// does, as gzhttp's; and that it costs no allocation.
+func TestPlainAnswer(t *testing.T) {
+	var sawHijacker, sawFlusher bool
+	h, err := httpcompress.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, sawHijacker = w.(http.Hijacker)
+		_, sawFlusher = w.(http.Flusher)
+		w.Header()["Content-Type"] = []string{"application/json"}
+		w.Header()[httpcompress.NoCompression] = []string{"1"}
+		if err := http.NewResponseController(w).SetWriteDeadline(time.Time{}); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			t.Errorf("SetWriteDeadline: %v", err)
+		}
+		_, _ = w.Write([]byte("{}"))
+	}), httpcompress.WithMinBytes(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		method   string
+		vary     []string
+		hijacker bool
+		want     []string
+	}{
+		{"no Vary", http.MethodGet, nil, false, []string{"Accept-Encoding"}},
+		{"Vary Accept", http.MethodGet, []string{"Accept"}, true, []string{"Accept", "Accept-Encoding"}},
+		{"Vary Origin, Accept", http.MethodGet, []string{"Origin", "Accept"}, false, []string{"Origin", "Accept", "Accept-Encoding"}},
+		{"HEAD", http.MethodHead, []string{"Accept"}, false, []string{"Accept", "Accept-Encoding"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			if tc.vary != nil {
+				rec.Header()["Vary"] = slices.Clone(tc.vary)
+			}
+			var w http.ResponseWriter = rec
+			if tc.hijacker {
+				w = hijackRecorder{rec}
+			}
+			h.ServeHTTP(w, httptest.NewRequest(tc.method, "/", nil))
+			if got := rec.Result().Header.Values("Vary"); !slices.Equal(got, tc.want) {
+				t.Errorf("Vary: got %q, want %q", got, tc.want)
+			}
+			if got := rec.Result().Header.Values(httpcompress.NoCompression); len(got) > 0 {
+				t.Errorf("%s sent: %q", httpcompress.NoCompression, got)
+			}
+			if got := rec.Body.String(); got != "{}" && tc.method != http.MethodHead {
+				t.Errorf("body: got %q, want {}", got)
+			}
+			if sawHijacker != tc.hijacker || !sawFlusher {
+				t.Errorf("the handler's writer: Hijacker %v (want %v), Flusher %v", sawHijacker, tc.hijacker, sawFlusher)
+			}
+		})
+	}
+	// The handler adds no allocation to those of the one it wraps, on a
+	// writer whose header map has room for what it sets, as a server's.
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("{}")) })
+	plain, err := httpcompress.NewHandler(next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	w := &reusedWriter{header: http.Header{}}
+	allocs := func(h http.Handler) float64 {
+		return testing.AllocsPerRun(100, func() {
+			w.header["Vary"] = varyAccept[:1:1]
+			h.ServeHTTP(w, req)
+		})
+	}
+	if n, bare := allocs(plain), allocs(next); n != bare {
+		t.Errorf("%v allocations a plain answer, want the wrapped handler's %v", n, bare)
+	}
+}
+
+var varyAccept = []string{"Accept"}
+
+// reusedWriter is a ResponseWriter whose header map is kept from one
+// answer to the next.
+type reusedWriter struct{ header http.Header }
+
+func (w *reusedWriter) Header() http.Header         { return w.header }
+func (w *reusedWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (w *reusedWriter) WriteHeader(int)             {}

@@ -14,9 +14,11 @@ var allocGoals = []struct {
 	max   int64  // allocs/op
 	bench func(tb testing.TB) benchCase
 }{
-	// 70 was issue 23's; 60 is reached by the REST call found once (issue
-	// 34's goal of 55 is not: docs/performance.md says where the rest go).
-	{"BenchmarkGatewayJSON/ping", 60, func(tb testing.TB) benchCase { return benchCaseNamed(tb, gatewayJSONBenchCases(tb), "ping") }},
+	// 70 was issue 23's; 55 is issue 34's, reached by the REST call found
+	// once (60), then an uncompressed answer without gzhttp's wrapper, the
+	// Channel calling the chain with the gateway's request, and room for
+	// the X-Request-Id (docs/performance.md says where the rest go).
+	{"BenchmarkGatewayJSON/ping", 55, func(tb testing.TB) benchCase { return benchCaseNamed(tb, gatewayJSONBenchCases(tb), "ping") }},
 	// grpc-go's transport allocates by timing (a data frame read in two,
 	// a header buffer missed in its pool): 155 on a quiet machine, 156 seen
 	// under a loaded one, so the bound leaves it room.

@@ -323,6 +323,8 @@ func (a *App) build(ctx context.Context, o options, tp trace.TracerProvider) err
 
 	channel := gateway.NewChannel(nil)
 	services.RegisterChained(o.registrar(channel), chain)
+	// Its unary calls pass the chain with the request the gateway decoded.
+	channel.UnaryThrough(chain)
 	// A REST stream opens through the chain's stream side (so a call
 	// without a key is 401, and the stream limits hold), then runs behind
 	// the drain, as on the gRPC servers.

@@ -32,7 +32,8 @@ import (
 // The handler's context is the caller's (so the HTTP span, the deadline and
 // the cancellation carry over) with the caller's outgoing metadata turned
 // into incoming metadata, and the request and response are copied, so
-// neither side can change the other's message.
+// neither side can change the other's message (but for UnaryThrough's
+// calls, whose handler has the caller's request).
 type Channel struct {
 	interceptor grpc.UnaryServerInterceptor
 	methods     map[string]inprocMethod // by full method name
@@ -43,6 +44,9 @@ type Channel struct {
 	// and streamInterceptor what runs around its handler (StreamThrough).
 	opening            grpc.UnaryServerInterceptor
 	streamInterceptors []grpc.StreamServerInterceptor
+	// unary is the chain the unary calls of the method table's methods
+	// pass (UnaryThrough), nil to call their handlers as registered.
+	unary grpc.UnaryServerInterceptor
 }
 
 type streamMethod struct {
@@ -56,6 +60,10 @@ type inprocMethod struct {
 	// mask infers the update mask of a PATCH that names none
 	// (patchmask.go); nil for the other methods.
 	mask *maskInference
+	// info and call are the method's, made once from the method table
+	// for UnaryThrough; nil for a method the table does not have.
+	info *grpc.UnaryServerInfo
+	call grpc.UnaryHandler
 }
 
 // NewChannel returns a Channel whose calls pass interceptor (the chain)
@@ -88,12 +96,28 @@ func (c *Channel) RegisterService(desc *grpc.ServiceDesc, impl any) {
 	}
 	for _, m := range desc.Methods {
 		full := "/" + desc.ServiceName + "/" + m.MethodName
-		var mask *maskInference
+		im := inprocMethod{impl: impl, handler: m.Handler}
 		if t := shebav1.Method(full); t != nil {
-			mask = newMaskInference(*t)
+			im.mask = newMaskInference(*t)
+			im.info = &grpc.UnaryServerInfo{Server: impl, FullMethod: full}
+			call := t.Call
+			im.call = func(ctx context.Context, req any) (any, error) { return call(impl, ctx, req) }
 		}
-		c.methods[full] = inprocMethod{impl: impl, handler: m.Handler, mask: mask}
+		c.methods[full] = im
 	}
+}
+
+// UnaryThrough makes the unary calls of the method table's methods
+// (shebav1.Method) pass chain, then the method itself (its entry's Call),
+// as server.Services.RegisterChained's handlers do, with the request the
+// gateway decoded rather than a copy of it: the gateway reads its request
+// no more once it has made the call. A registered handler would make a new
+// request and a function to decode it into on every call, 2 of
+// BenchmarkGatewayJSON/ping's allocations. Register the services with the
+// same chain, so that the other methods are served alike. It is not safe
+// to call once calls have started.
+func (c *Channel) UnaryThrough(chain grpc.UnaryServerInterceptor) {
+	c.unary = chain
 }
 
 type inprocKey struct{}
@@ -124,11 +148,19 @@ func (c *Channel) Invoke(ctx context.Context, method string, req, resp any, opts
 	}
 	md, room := incomingMetadata(ctx)
 	sctx, stream := newCallContext(ctx, method, md, room)
-	decode := func(in any) error {
-		proto.Merge(in.(proto.Message), req.(proto.Message))
-		return nil
+	var (
+		out any
+		err error
+	)
+	if c.unary != nil && m.call != nil {
+		out, err = c.unary(sctx, req, m.info, m.call)
+	} else {
+		decode := func(in any) error {
+			proto.Merge(in.(proto.Message), req.(proto.Message))
+			return nil
+		}
+		out, err = m.handler(m.impl, sctx, decode, c.interceptor)
 	}
-	out, err := m.handler(m.impl, sctx, decode, c.interceptor)
 	stream.deliver(opts)
 	if err != nil {
 		return err

@@ -231,3 +231,57 @@ func (e *streamingEvents) StreamEvents(_ *shebav1.StreamEventsRequest, s grpc.Se
 	e.ended <- err
 	return err
 }
+
+// TestChannelUnaryThrough: a Channel whose unary calls pass the chain
+// (UnaryThrough) calls a method of the table through it, with the method's
+// info, the request the caller decoded (not a copy, nor the registered
+// handler's) and the method itself behind it; its answer, headers and
+// trailers come back as the registered handler's would.
+func TestChannelUnaryThrough(t *testing.T) {
+	var info *grpc.UnaryServerInfo
+	var chainReq any
+	chain := func(ctx context.Context, req any, i *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		info, chainReq = i, req
+		return h(ctx, req)
+	}
+	c := NewChannel(nil)
+	impl := &echoAccounts{}
+	// The services are registered with their chain (as
+	// server.Services.RegisterChained does): here, a handler that must
+	// not run.
+	desc := shebav1.AccountService_ServiceDesc
+	desc.Methods = slices.Clone(desc.Methods)
+	for i := range desc.Methods {
+		desc.Methods[i].Handler = func(any, context.Context, func(any) error, grpc.UnaryServerInterceptor) (any, error) {
+			t.Error("the registered handler ran")
+			return nil, status.Error(codes.Internal, "registered handler")
+		}
+	}
+	c.RegisterService(&desc, impl)
+	c.UnaryThrough(chain)
+
+	ctx, cancel := context.WithTimeout(context.WithValue(t.Context(), callerKey{}, "caller"), time.Minute)
+	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, "x-api-key", "k1")
+	req := &shebav1.GetAccountRequest{AccountId: "a1"}
+	var header, trailer metadata.MD
+	resp, err := shebav1.NewAccountServiceClient(c).GetAccount(ctx, req, grpc.Header(&header), grpc.Trailer(&trailer))
+	if err != nil {
+		t.Fatalf("GetAccount: %v", err)
+	}
+	if info == nil || info.FullMethod != "/sheba.v1.AccountService/GetAccount" || info.Server != impl {
+		t.Errorf("the chain's info: got %+v", info)
+	}
+	if chainReq != req || impl.got != req {
+		t.Error("the chain and the method did not get the caller's request")
+	}
+	if resp.GetAccount().GetId() != "a1" {
+		t.Errorf("response: got %v", resp)
+	}
+	if got := header.Get("x-seen"); len(got) != 1 || got[0] != "k1" {
+		t.Errorf("header x-seen: got %q, want the incoming x-api-key k1", got)
+	}
+	if got := trailer.Get("x-trailer"); len(got) != 1 || got[0] != "t" {
+		t.Errorf("trailer: got %q", got)
+	}
+}

@@ -226,6 +226,14 @@ func New(ctx context.Context, conn *Channel, o Options) (http.Handler, error) {
 			r = shareRequest(r)
 		}
 		rc := restCallOf(r.Context())
+		// Room for the request id that the call's answer carries, which
+		// grpc-gateway adds to the header (and the error handler too):
+		// an empty value, which writes no header line (net/http writes
+		// each value of a header), with the room of one in the call's own
+		// memory, so that the Add does not allocate it.
+		if _, ok := hdr[requestIDHeader]; !ok && rc != nil {
+			hdr[requestIDHeader] = rc.requestIDHeader[:0:1]
+		}
 		if isStream(rc) {
 			serveStream(gw, mux, o.Authenticator, rc, w, r, o.WriteTimeout)
 			return

@@ -109,6 +109,8 @@ type restCall struct {
 	// x-forwarded-for metadata.
 	call         callContext
 	forwardedFor [1]string
+	// requestIDHeader is the room of the answer's X-Request-Id (New).
+	requestIDHeader [1]string
 	// browser marks the call of a browser protocol (browserconnect.go):
 	// its metadata has the Authorization header, as grpc-go makes it,
 	// and not the client's address, which is its peer (peer) instead.
@@ -258,6 +260,9 @@ var plainHeaders = func() map[string]string {
 // retryAfterHeader is the header of the retry-after metadata, which the
 // gateway also writes itself on the 429s and 503s it answers.
 var retryAfterHeader = plainHeaders[retryafter.Key]
+
+// requestIDHeader is the header of the x-request-id metadata.
+var requestIDHeader = plainHeaders[requestlog.RequestIDKey]
 
 // outgoingHeader turns the response metadata that HTTP clients know by name
 // into plain headers; the rest keeps the gateway's Grpc-Metadata- prefix.

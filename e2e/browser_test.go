@@ -634,3 +634,53 @@ func wantNoGrant(t *testing.T, r restResponse) {
 		}
 	}
 }
+
+// TestBrowserUnaryAnswerWhole: a unary answer of every browser protocol
+// comes whole, with its Content-Length, over HTTP/1.1: connect-go flushes a
+// gRPC-Web answer after its message and after its trailers, which made it
+// chunked and three writes to the socket where one does.
+func TestBrowserUnaryAnswerWhole(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	for _, c := range []struct{ contentType, body string }{
+		{"application/proto", ""},
+		{"application/json", "{}"},
+		{"application/grpc-web+proto", "\x00\x00\x00\x00\x00"},
+		{"application/grpc-web-text", base64.StdEncoding.EncodeToString([]byte("\x00\x00\x00\x00\x00"))},
+	} {
+		t.Run(c.contentType, func(t *testing.T) {
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, e.baseURL+"/sheba.v1.PingService/Ping", strings.NewReader(c.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", c.contentType)
+			req.Header.Set("X-Api-Key", testKey)
+			r, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Body.Close()
+			raw, err := io.ReadAll(r.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.StatusCode != http.StatusOK || r.ProtoMajor != 1 {
+				t.Fatalf("HTTP/%d.%d %d: %q", r.ProtoMajor, r.ProtoMinor, r.StatusCode, raw)
+			}
+			if r.ContentLength != int64(len(raw)) || len(r.TransferEncoding) != 0 {
+				t.Errorf("Content-Length %d, Transfer-Encoding %q for a body of %d bytes; want the body's length, not chunked",
+					r.ContentLength, r.TransferEncoding, len(raw))
+			}
+			if strings.HasPrefix(c.contentType, "application/grpc-web") {
+				if strings.HasSuffix(c.contentType, "-text") {
+					raw = decodeBase64Chunks(t, raw)
+				}
+				trailers, messages := grpcWebFrames(t, r.Header, raw)
+				var pong shebav1.PingResponse
+				if len(messages) != 1 || proto.Unmarshal(messages[0], &pong) != nil || pong.GetMessage() != "pong" || trailers.Get("Grpc-Status") != "0" {
+					t.Errorf("gRPC-Web answer: messages %q, trailers %v; want pong and grpc-status 0", messages, trailers)
+				}
+			}
+		})
+	}
+}

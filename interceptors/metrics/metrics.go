@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,7 +27,9 @@ const (
 
 // handlingBuckets resolve sub-millisecond calls (a ping takes tens of µs)
 // up to the 5 s default deadline.
-var handlingBuckets = []float64{
+var handlingBuckets = handlingBucketsArray[:]
+
+var handlingBucketsArray = [...]float64{
 	0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
 }
 
@@ -59,7 +62,26 @@ type Metrics struct {
 	// and caller (callerKey): written once per key, on a caller's first
 	// call of a method, then only read, which sync.Map does without a lock.
 	callers sync.Map
+
+	// now is the clock of the handling time and of the exemplars'
+	// refresh (time.Now; a test sets its own).
+	now func() time.Time
+	// epoch is when New ran: an exemplar's time is kept as the monotonic
+	// time since it.
+	epoch time.Time
 }
+
+// exemplarEvery is how often, at most, a series of the grpc_server_*
+// family (a histogram: each of its buckets) takes a sampled call's trace id
+// as its new exemplar. Prometheus keeps one exemplar per counter series and
+// per bucket, the last one given, and a scrape (every 15 s or so) shows
+// that one: refreshing it on every sampled call cost a traced REST ping 35
+// of its allocations (client_golang builds and checks a new dto.Exemplar,
+// its labels and its timestamp on each) for exemplars no scrape would see.
+// Once a second keeps what a scrape shows: a recent sampled call of that
+// series, and of each bucket, so a slow call's bucket still links to its
+// trace.
+const exemplarEvery = time.Second
 
 // method holds the grpc_server_* series of one served method, each looked
 // up on its first use (so that a series shows when the vector would make
@@ -72,6 +94,9 @@ type method struct {
 	started, received, sent lazy[prometheus.Counter]
 	seconds                 lazy[prometheus.Observer]
 	handled                 series
+	// bucketExemplars are when each bucket of seconds (the +Inf one
+	// last) last took an exemplar.
+	bucketExemplars [len(handlingBucketsArray) + 1]exemplarClock
 }
 
 type callerKey struct{ method, caller string }
@@ -79,8 +104,29 @@ type callerKey struct{ method, caller string }
 // series holds one counter per gRPC code.
 type series [numCodes]lazy[prometheus.Counter]
 
-// lazy is a metric of a vector, looked up on first use and kept.
-type lazy[M any] struct{ p atomic.Pointer[M] }
+// lazy is a metric of a vector, looked up on first use and kept, with
+// when it last took an exemplar.
+type lazy[M any] struct {
+	p        atomic.Pointer[M]
+	exemplar exemplarClock
+}
+
+// exemplarClock is when a series (or a bucket) last took an exemplar, as
+// the time since Metrics.epoch plus one (0: never).
+type exemplarClock struct{ at atomic.Int64 }
+
+// due says whether a series whose clock is c takes an exemplar at now
+// (the time since the epoch), and if it does, sets c to now: true the
+// first time, then once exemplarEvery has passed. Of calls racing for the
+// same slot one wins.
+func (c *exemplarClock) due(now time.Duration) bool {
+	last := c.at.Load()
+	next := int64(now) + 1
+	if last != 0 && next-last < int64(exemplarEvery) {
+		return false
+	}
+	return c.at.CompareAndSwap(last, next)
+}
 
 // get returns the metric, looked up with lookup the first time. lookup does
 // not escape, so a call that finds the metric allocates nothing.
@@ -113,7 +159,9 @@ func New(reg prometheus.Registerer, methods []string) (*Metrics, error) {
 		rejected: counterVec("sheba_rejected_total",
 			"Requests rejected before their handler, by reason: unauthenticated, rate, key_rate, inflight.", "reason"),
 		methods: make(map[string]*method, len(methods)),
+		now:     time.Now,
 	}
+	m.epoch = m.now()
 	for _, full := range methods {
 		svc, name := splitMethod(full)
 		m.methods[full] = &method{service: svc, name: name, typ: unary}
@@ -222,20 +270,23 @@ func (m *Metrics) Refused(ctx context.Context, method string, err error) {
 }
 
 func (m *Metrics) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	start := time.Now()
+	start := m.now()
 	meth, served := m.methods[info.FullMethod]
 	if !served {
 		// A method outside the served set: its series are not kept.
 		svc, name := splitMethod(info.FullMethod)
 		meth = &method{service: svc, name: name, typ: unary}
 	}
-	ex := exemplar(ctx)
+	ex := exemplar{sc: trace.SpanContextFromContext(ctx)}
 	svc, name, typ := meth.service, meth.name, meth.typ
-	add(meth.started.get(func() prometheus.Counter { return m.started.WithLabelValues(typ, svc, name) }), ex)
-	add(meth.received.get(func() prometheus.Counter { return m.received.WithLabelValues(typ, svc, name) }), ex)
+	since := start.Sub(m.epoch)
+	add(&meth.started, since, &ex, func() prometheus.Counter { return m.started.WithLabelValues(typ, svc, name) })
+	add(&meth.received, since, &ex, func() prometheus.Counter { return m.received.WithLabelValues(typ, svc, name) })
 
 	resp, err := handler(ctx, req)
 
+	end := m.now()
+	since = end.Sub(m.epoch)
 	// The grpc_server_* code reads context errors as grpc-go itself
 	// does; sheba_requests_total has status.Code's.
 	s, isStatus := status.FromError(err)
@@ -246,16 +297,25 @@ func (m *Metrics) intercept(ctx context.Context, req any, info *grpc.UnaryServer
 	if err == nil && typ == unary {
 		// A stream's messages are counted as they are sent
 		// (MessageSent).
-		add(meth.sent.get(func() prometheus.Counter { return m.sent.WithLabelValues(typ, svc, name) }), ex)
+		add(&meth.sent, since, &ex, func() prometheus.Counter { return m.sent.WithLabelValues(typ, svc, name) })
 	}
-	add(meth.handled.get(code, func() prometheus.Counter {
-		return m.handled.WithLabelValues(typ, svc, name, code.String())
-	}), ex)
-	observer := meth.seconds.get(func() prometheus.Observer { return m.seconds.WithLabelValues(typ, svc, name) })
-	if ex != nil {
-		observer.(prometheus.ExemplarObserver).ObserveWithExemplar(time.Since(start).Seconds(), ex)
+	var handled *lazy[prometheus.Counter]
+	if int(code) < numCodes {
+		handled = &meth.handled[code]
 	} else {
-		observer.Observe(time.Since(start).Seconds())
+		handled = new(lazy[prometheus.Counter]) // not a code of today's gRPC: not kept
+	}
+	add(handled, since, &ex, func() prometheus.Counter {
+		return m.handled.WithLabelValues(typ, svc, name, code.String())
+	})
+	seconds := end.Sub(start).Seconds()
+	observer := meth.seconds.get(func() prometheus.Observer { return m.seconds.WithLabelValues(typ, svc, name) })
+	// The bucket the observation falls in: the first whose upper bound is
+	// at least seconds, as the histogram counts it.
+	if ex.sc.IsSampled() && meth.bucketExemplars[sort.SearchFloat64s(handlingBuckets, seconds)].due(since) {
+		observer.(prometheus.ExemplarObserver).ObserveWithExemplar(seconds, ex.labels())
+	} else {
+		observer.Observe(seconds)
 	}
 
 	if !isStatus {
@@ -295,19 +355,32 @@ func (m *Metrics) request(ctx context.Context, full string, served bool, code co
 	return s.get(code, func() prometheus.Counter { return m.requests.WithLabelValues(full, code.String(), caller) })
 }
 
-func add(c prometheus.Counter, ex prometheus.Labels) {
-	if ex != nil {
-		c.(prometheus.ExemplarAdder).AddWithExemplar(1, ex)
+// add adds one to the counter of l (looked up with lookup the first time),
+// with ex as its exemplar when the call is sampled and the series is due
+// one at now (the time since the epoch).
+func add(l *lazy[prometheus.Counter], now time.Duration, ex *exemplar, lookup func() prometheus.Counter) {
+	c := l.get(lookup)
+	if ex.sc.IsSampled() && l.exemplar.due(now) {
+		c.(prometheus.ExemplarAdder).AddWithExemplar(1, ex.labels())
 		return
 	}
 	c.Inc()
 }
 
-func exemplar(ctx context.Context) prometheus.Labels {
-	if sc := trace.SpanContextFromContext(ctx); sc.IsSampled() {
-		return prometheus.Labels{"trace_id": sc.TraceID().String()}
+// exemplar is the exemplar of a call: the trace id of its span when the
+// span is sampled.
+type exemplar struct {
+	sc trace.SpanContext
+	l  prometheus.Labels
+}
+
+// labels returns the exemplar's labels, made on first use: most calls,
+// sampled or not, take no exemplar.
+func (e *exemplar) labels() prometheus.Labels {
+	if e.l == nil {
+		e.l = prometheus.Labels{"trace_id": e.sc.TraceID().String()}
 	}
-	return nil
+	return e.l
 }
 
 // Rejected returns a function that counts a rejection for reason, for the

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
@@ -253,5 +255,95 @@ sheba_requests_total{api_key_id="none",code="Unauthenticated",method="unknown"} 
 `
 	if err := testutil.GatherAndCompare(inTap, strings.NewReader(wantRequests), "sheba_requests_total"); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestExemplarRefresh: a series takes a sampled call's trace id as its
+// exemplar the first time, then at most once every ExemplarEvery, and each
+// bucket of the histogram on its own, so a slower call's bucket links to
+// its trace even within the second.
+func TestExemplarRefresh(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg, []string{ping})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1_800_000_000, 0)
+	metrics.SetClock(m, func() time.Time { return now })
+	call := func(id byte, took time.Duration) {
+		t.Helper()
+		ctx := trace.ContextWithSpanContext(t.Context(), trace.NewSpanContext(trace.SpanContextConfig{
+			TraceID: trace.TraceID{id}, SpanID: trace.SpanID{1}, TraceFlags: trace.FlagsSampled,
+		}))
+		_, err := m.UnaryServerInterceptor()(ctx, nil, &grpc.UnaryServerInfo{FullMethod: ping}, func(context.Context, any) (any, error) {
+			now = now.Add(took)
+			return nil, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// exemplars reads the trace id of the exemplar of each counter
+	// family's Ping series, and of each histogram bucket that has one
+	// (by upper bound).
+	exemplars := func() map[string]string {
+		t.Helper()
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		id := func(e *dto.Exemplar) string {
+			for _, l := range e.GetLabel() {
+				if l.GetName() == "trace_id" {
+					return l.GetValue()[:2]
+				}
+			}
+			return "?"
+		}
+		for _, f := range families {
+			for _, s := range f.GetMetric() {
+				if e := s.GetCounter().GetExemplar(); e != nil {
+					got[f.GetName()] = id(e)
+				}
+				for _, b := range s.GetHistogram().GetBucket() {
+					if e := b.GetExemplar(); e != nil {
+						got[fmt.Sprintf("le=%g", b.GetUpperBound())] = id(e)
+					}
+				}
+			}
+		}
+		return got
+	}
+	counters := []string{"grpc_server_started_total", "grpc_server_msg_received_total", "grpc_server_msg_sent_total", "grpc_server_handled_total"}
+	want := func(trace string, buckets map[string]string) map[string]string {
+		w := maps.Clone(buckets)
+		for _, c := range counters {
+			w[c] = trace
+		}
+		return w
+	}
+
+	call(0x0a, 50*time.Microsecond) // bucket 0.0001
+	if diff := cmp.Diff(want("0a", map[string]string{"le=0.0001": "0a"}), exemplars()); diff != "" {
+		t.Errorf("after the first sampled call (-want +got):\n%s", diff)
+	}
+	// Within the second: the series keep the first call's exemplar; a
+	// bucket that has none takes the call's.
+	call(0x0b, 50*time.Microsecond)
+	call(0x0c, 3*time.Millisecond) // bucket 0.005
+	if diff := cmp.Diff(want("0a", map[string]string{"le=0.0001": "0a", "le=0.005": "0c"}), exemplars()); diff != "" {
+		t.Errorf("within %v of the first (-want +got):\n%s", metrics.ExemplarEvery, diff)
+	}
+	// A call not sampled takes none.
+	now = now.Add(metrics.ExemplarEvery)
+	_, _ = m.UnaryServerInterceptor()(t.Context(), nil, &grpc.UnaryServerInfo{FullMethod: ping}, func(context.Context, any) (any, error) { return nil, nil })
+	if diff := cmp.Diff(want("0a", map[string]string{"le=0.0001": "0a", "le=0.005": "0c"}), exemplars()); diff != "" {
+		t.Errorf("after a call not sampled (-want +got):\n%s", diff)
+	}
+	// A second on, the next sampled call refreshes its series and bucket.
+	call(0x0d, 50*time.Microsecond)
+	if diff := cmp.Diff(want("0d", map[string]string{"le=0.0001": "0d", "le=0.005": "0c"}), exemplars()); diff != "" {
+		t.Errorf("%v later (-want +got):\n%s", metrics.ExemplarEvery, diff)
 	}
 }

@@ -78,6 +78,7 @@ func grpcPingBenchCases(tb testing.TB) []benchCase {
 			client := shebav1.NewPingServiceClient(conn)
 			b.ReportAllocs()
 			b.SetParallelism(25) // 50 callers on 2 CPUs
+			cpu := processCPU()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					if _, err := client.Ping(context.Background(), &shebav1.PingRequest{}); err != nil {
@@ -86,6 +87,10 @@ func grpcPingBenchCases(tb testing.TB) []benchCase {
 					}
 				}
 			})
+			// The client's CPU and the server's, both in this process.
+			if cpu := processCPU() - cpu; cpu > 0 {
+				b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
+			}
 		}})
 	}
 	return cases

@@ -386,7 +386,7 @@ func (b *browser) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			r.Header.Set("Connect-Timeout-Ms", strconv.FormatInt(min(n, maxConnectTimeout), 10))
 		}
 		r = r.WithContext(browserCall(r, b.allHeaders))
-		h.ServeHTTP(retryWriter{w}, r)
+		h.ServeHTTP(unaryWriter{retryWriter{w}}, r)
 		return
 	}
 	b.transcoder.ServeHTTP(retryWriter{w}, r)
@@ -413,11 +413,33 @@ func (w retryWriter) WriteHeader(code int) {
 // flushes a gRPC-Web answer that is all headers without writing its status
 // first (net/http writes 200), so the headers are completed here too.
 func (w retryWriter) Flush() {
+	w.completeHeaders()
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w retryWriter) completeHeaders() {
 	if h := w.Header(); h.Get("Grpc-Status") == resourceExhausted && h.Get(retryAfterHeader) == "" {
 		h.Set(retryAfterHeader, "1")
 	}
-	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
+}
+
+// unaryWriter is the writer of connect-go's unary handlers: its Flush
+// completes the headers as retryWriter's does and leaves the answer in
+// net/http's buffer, which writes it when the handler returns. connect-go
+// flushes a gRPC-Web answer after its message and again after its
+// trailers: on HTTP/1.1 that was three writes to the socket (the headers
+// and the message, the trailers, the last chunk) and a chunked body, where
+// a unary answer needs one write with its Content-Length.
+type unaryWriter struct{ retryWriter }
+
+func (w unaryWriter) Flush() {
+	w.completeHeaders()
+	if tw, ok := w.ResponseWriter.(*textWriter); ok {
+		// An answer that is all headers gets the text type, as
+		// textWriter.Flush gives it.
+		tw.WriteHeader(http.StatusOK)
 	}
 }
 

@@ -42,12 +42,14 @@ func serverSpans(next http.Handler, tp trace.TracerProvider) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		// The route the REST call found (newRESTCall).
+		// The route the REST call found (newRESTCall). The attributes are
+		// set in one call: the span grows its list on each.
+		attrs := requestAttributes(r)
 		if rc := restCallOf(ctx); rc != nil && rc.route != nil {
 			span.SetName(rc.route.spanName)
-			span.SetAttributes(semconv.HTTPRoute(rc.route.template))
+			attrs = append(attrs, semconv.HTTPRoute(rc.route.template))
 		}
-		span.SetAttributes(requestAttributes(r)...)
+		span.SetAttributes(attrs...)
 		sw := &statusWriter{ResponseWriter: w}
 		next.ServeHTTP(sw, r)
 		code := sw.status
@@ -67,7 +69,7 @@ func serverSpans(next http.Handler, tp trace.TracerProvider) http.Handler {
 // requestAttributes are the standard attributes of an HTTP server span that
 // the request tells.
 func requestAttributes(r *http.Request) []attribute.KeyValue {
-	attrs := make([]attribute.KeyValue, 0, 9)
+	attrs := make([]attribute.KeyValue, 0, 10) // and http.route
 	attrs = append(attrs,
 		semconv.HTTPRequestMethodKey.String(r.Method),
 		semconv.URLPath(r.URL.Path),

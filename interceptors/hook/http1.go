@@ -46,6 +46,13 @@ type h1Conn struct {
 	br *bufio.Reader
 	// idleSince is when it was put back to the pool.
 	idleSince time.Time
+	// expire ends the read or write under way: made once, so that a
+	// call's context.AfterFunc costs no closure.
+	expire func()
+	// body and limit read the answer under way, kept here so that they
+	// cost no allocation a call.
+	body  h1Body
+	limit io.LimitedReader
 }
 
 // budgetReader reads from a connection at most n more bytes, so that a
@@ -124,6 +131,7 @@ func (h *h1Client) get(ctx context.Context) (pc *h1Conn, reused bool, err error)
 	pc = &h1Conn{c: c}
 	pc.lr.r = c
 	pc.br = bufio.NewReaderSize(&pc.lr, 4096)
+	pc.expire = func() { c.SetDeadline(h1LongAgo) }
 	return pc, false, nil
 }
 
@@ -199,7 +207,7 @@ func (h *h1Client) exchange(ctx context.Context, pc *h1Conn, req []byte, out io.
 		return 0, false, err
 	}
 	// ctx's end (its deadline is set already) ends the wait at once.
-	stop := context.AfterFunc(ctx, func() { pc.c.SetDeadline(h1LongAgo) })
+	stop := context.AfterFunc(ctx, pc.expire)
 	keep := false
 	defer func() {
 		// AfterFunc ran (or runs): the connection's deadline is spoilt.
@@ -216,39 +224,77 @@ func (h *h1Client) exchange(ctx context.Context, pc *h1Conn, req []byte, out io.
 	if _, err := pc.br.Peek(1); err != nil {
 		return 0, false, err
 	}
-	resp, err := http.ReadResponse(pc.br, nil)
-	// Interim answers (1xx) come before the final one, which counts, as
-	// http.Transport reads them: at most h1MaxInterim of them.
-	for interim := 0; err == nil && interim < h1MaxInterim && resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols; interim++ {
-		resp, err = http.ReadResponse(pc.br, nil)
-	}
-	if err != nil {
-		return 0, true, err
+	var (
+		length int64
+		body   io.Reader
+	)
+	buffered, _ := pc.br.Peek(pc.br.Buffered())
+	if head, ok := h1ParseHead(buffered); ok {
+		// The common answer, whole in the first read: parsed in place.
+		pc.br.Discard(head.size)
+		pc.body = h1Body{r: pc.br, n: head.contentLength}
+		status, length, body = head.status, head.contentLength, &pc.body
+		keep = !head.close
+	} else {
+		resp, err := http.ReadResponse(pc.br, nil)
+		// Interim answers (1xx) come before the final one, which counts, as
+		// http.Transport reads them: at most h1MaxInterim of them.
+		for interim := 0; err == nil && interim < h1MaxInterim && resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols; interim++ {
+			resp, err = http.ReadResponse(pc.br, nil)
+		}
+		if err != nil {
+			return 0, true, err
+		}
+		status, length, body = resp.StatusCode, resp.ContentLength, resp.Body
+		// After too many interim answers the final one is still to come: the
+		// connection is not kept, or its next call would read it.
+		keep = !resp.Close && resp.StatusCode >= 200
 	}
 	// The body's own bounds follow; the budget only guards the head.
 	pc.lr.n = 1<<63 - 1
-	// After too many interim answers the final one is still to come: the
-	// connection is not kept, or its next call would read it.
-	keep = !resp.Close && resp.StatusCode >= 200
-	if resp.StatusCode != http.StatusOK {
+	if status != http.StatusOK {
 		// Read a little of it so the connection is kept.
-		n, err := io.Copy(io.Discard, io.LimitReader(resp.Body, httpMaxDrainBytes+1))
+		pc.limit = io.LimitedReader{R: body, N: httpMaxDrainBytes + 1}
+		n, err := io.Copy(io.Discard, &pc.limit)
 		keep = keep && err == nil && n <= httpMaxDrainBytes
-		return resp.StatusCode, true, nil
+		return status, true, nil
 	}
-	if resp.ContentLength > httpMaxAnswerBytes {
+	if length > httpMaxAnswerBytes {
 		keep = false
-		return 0, true, fmt.Errorf("hook answer too large: %d bytes, over %d", resp.ContentLength, httpMaxAnswerBytes)
+		return 0, true, fmt.Errorf("hook answer too large: %d bytes, over %d", length, httpMaxAnswerBytes)
 	}
-	lr := io.LimitedReader{R: resp.Body, N: httpMaxAnswerBytes + 1}
-	if _, err := out.ReadFrom(&lr); err != nil {
+	pc.limit = io.LimitedReader{R: body, N: httpMaxAnswerBytes + 1}
+	if _, err := out.ReadFrom(&pc.limit); err != nil {
 		keep = false
 		return 0, true, fmt.Errorf("read hook answer: %w", err)
 	}
 	// Over the bound, the answer is not read to its end; bytes past its
 	// end are no answer to the next call.
-	keep = keep && lr.N > 0 && pc.br.Buffered() == 0
-	return resp.StatusCode, true, nil
+	keep = keep && pc.limit.N > 0 && pc.br.Buffered() == 0
+	return status, true, nil
+}
+
+// h1Body reads an answer's body of a known length, n bytes more, from r,
+// as net/http's body does: a connection that ends before is an
+// io.ErrUnexpectedEOF.
+type h1Body struct {
+	r io.Reader
+	n int64
+}
+
+func (b *h1Body) Read(p []byte) (int, error) {
+	if b.n <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > b.n {
+		p = p[:b.n]
+	}
+	n, err := b.r.Read(p)
+	b.n -= int64(n)
+	if err == io.EOF && b.n > 0 {
+		err = io.ErrUnexpectedEOF
+	}
+	return n, err
 }
 
 // headerLines is a propagation.TextMapCarrier that writes header lines:

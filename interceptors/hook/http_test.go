@@ -736,3 +736,49 @@ func TestHTTPClientUnsolicitedAnswers(t *testing.T) {
 		})
 	}
 }
+
+// TestHTTPClientAnswerFraming: answers framed otherwise than the common
+// one (chunked, HTTP/1.0, odd spacing) are read as net/http reads them, and
+// an answer cut short of its Content-Length is a failure, not a decision.
+func TestHTTPClientAnswerFraming(t *testing.T) {
+	for _, test := range []struct {
+		name, answer string
+		// closes: the hook closes the connection after its answer.
+		closes    bool
+		wantErr   bool
+		wantConns int32
+	}{
+		{name: "chunked", answer: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n16\r\n" + httpTestContinue + "\r\n0\r\n\r\n", wantConns: 1},
+		{name: "HTTP/1.0", answer: "HTTP/1.0 200 OK\r\nContent-Length: 22\r\n\r\n" + httpTestContinue, wantConns: 2},
+		{name: "HTTP/1.0 keep-alive", answer: "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 22\r\n\r\n" + httpTestContinue, wantConns: 1},
+		{name: "spaces and case", answer: "HTTP/1.1 200 OK\r\ncontent-length: \t22 \r\nconnection: Keep-Alive, CLOSE\r\n\r\n" + httpTestContinue, wantConns: 2},
+		{name: "cut short", answer: "HTTP/1.1 200 OK\r\nContent-Length: 30\r\n\r\n" + httpTestContinue, closes: true, wantErr: true, wantConns: 2},
+	} {
+		t.Run(test.name, func(t *testing.T) {
+			url, conns := rawHook(t, func(c net.Conn, br *bufio.Reader) {
+				for readRequest(br) == nil {
+					io.WriteString(c, test.answer)
+					if test.closes {
+						return
+					}
+				}
+			})
+			c := newHTTPTestClient(t, url, HTTPOptions{})
+			for i := range 2 {
+				d, err := c.Check(context.Background(), httpTestCall())
+				if test.wantErr {
+					if err == nil {
+						t.Errorf("Check %d: got %+v and no error, want an error", i, d)
+					}
+					continue
+				}
+				if err != nil || !cmp.Equal(d, Decision{}) {
+					t.Errorf("Check %d: got %+v, %v; want continue", i, d, err)
+				}
+			}
+			if got := conns.Load(); got != test.wantConns {
+				t.Errorf("got %d connections, want %d", got, test.wantConns)
+			}
+		})
+	}
+}

@@ -41,9 +41,13 @@ type h1Client struct {
 
 // h1Conn is a kept-alive connection and its reader.
 type h1Conn struct {
-	c  net.Conn
-	lr budgetReader
-	br *bufio.Reader
+	c net.Conn
+	// wr, when not nil, sends a request with the first read of its
+	// answer; pending is that request, not yet sent.
+	wr      *h1WriteReader
+	pending []byte
+	lr      budgetReader
+	br      *bufio.Reader
 	// idleSince is when it was put back to the pool.
 	idleSince time.Time
 	// expire ends the read or write under way: made once, so that a
@@ -53,6 +57,17 @@ type h1Conn struct {
 	// cost no allocation a call.
 	body  h1Body
 	limit io.LimitedReader
+}
+
+// Read reads from the connection; the first read of an answer sends its
+// request.
+func (pc *h1Conn) Read(p []byte) (int, error) {
+	if pc.pending != nil {
+		req := pc.pending
+		pc.pending = nil
+		return pc.wr.writeRead(req, p)
+	}
+	return pc.c.Read(p)
 }
 
 // budgetReader reads from a connection at most n more bytes, so that a
@@ -128,8 +143,8 @@ func (h *h1Client) get(ctx context.Context) (pc *h1Conn, reused bool, err error)
 	if err != nil {
 		return nil, false, err
 	}
-	pc = &h1Conn{c: c}
-	pc.lr.r = c
+	pc = &h1Conn{c: c, wr: newH1WriteReader(c)}
+	pc.lr.r = pc
 	pc.br = bufio.NewReaderSize(&pc.lr, 4096)
 	pc.expire = func() { c.SetDeadline(h1LongAgo) }
 	return pc, false, nil
@@ -217,11 +232,16 @@ func (h *h1Client) exchange(ctx context.Context, pc *h1Conn, req []byte, out io.
 		}
 		h.put(pc)
 	}()
-	if _, err := pc.c.Write(req); err != nil {
+	if pc.wr != nil {
+		// Sent by the first read, below.
+		pc.pending = req
+	} else if _, err := pc.c.Write(req); err != nil {
 		return 0, false, err
 	}
 	pc.lr.n = httpMaxAnswerHeaderBytes
-	if _, err := pc.br.Peek(1); err != nil {
+	_, err = pc.br.Peek(1)
+	pc.pending = nil
+	if err != nil {
 		return 0, false, err
 	}
 	var (

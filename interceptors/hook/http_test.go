@@ -782,3 +782,23 @@ func TestHTTPClientAnswerFraming(t *testing.T) {
 		})
 	}
 }
+
+// TestHTTPClientLargeRequest: a request larger than the socket takes at
+// once is sent whole before its answer is read.
+func TestHTTPClientLargeRequest(t *testing.T) {
+	url, _ := rawHook(t, func(c net.Conn, br *bufio.Reader) {
+		for readRequest(br) == nil {
+			io.WriteString(c, rawContinue)
+		}
+	})
+	c := newHTTPTestClient(t, url, HTTPOptions{})
+	call := httpTestCall()
+	call.Headers = map[string][]string{"x-large": {strings.Repeat("a", 16<<20)}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range 2 {
+		if d, err := c.Check(ctx, call); err != nil || !cmp.Equal(d, Decision{}) {
+			t.Fatalf("Check %d: got %+v, %v; want continue", i, d, err)
+		}
+	}
+}

@@ -20,15 +20,16 @@ import (
 // caller's goroutine: it writes the request and reads the answer on a
 // connection of its own pool, kept alive between calls.
 //
-// It is written by hand around net/http's parser (http.ReadResponse) because
-// http.Transport, which does the same, costs more than the rest of a hook
-// call: it hands every request to a writing goroutine and every answer back
-// from a reading goroutine per connection (two goroutine switches and their
-// channels a call), and builds a Request, its header map and a Response per
-// call. The head of the request is a few fixed lines; the answer is parsed
-// by net/http. valyala/fasthttp's client also works on the caller's
-// goroutine, but would bring a second HTTP stack (its own parser, header
-// and body types, and limits to map onto §11's) for one fixed POST.
+// It is written by hand because http.Transport, which does the same, costs
+// more than the rest of a hook call: it hands every request to a writing
+// goroutine and every answer back from a reading goroutine per connection
+// (two goroutine switches and their channels a call), and builds a
+// Request, its header map and a Response per call. The head of the request
+// is a few fixed lines, sent with its body in one write; the common
+// answer's head is parsed in place (h1ParseHead), any other by net/http
+// (http.ReadResponse). valyala/fasthttp's client also works on the
+// caller's goroutine, but would bring a second HTTP stack (its own parser,
+// header and body types, and limits to map onto §11's) for one fixed POST.
 type h1Client struct {
 	dial func(ctx context.Context) (net.Conn, error)
 	// head is the request's start line and fixed headers, up to

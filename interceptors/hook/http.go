@@ -143,6 +143,34 @@ func NewHTTPClient(rawURL string, o HTTPOptions) (*HTTPClient, error) {
 	return &HTTPClient{url: u, transport: t, prop: o.Propagator}, nil
 }
 
+// httpNewHeader returns the header of a request on the transport.
+func httpNewHeader() http.Header {
+	return http.Header{
+		"Content-Type": httpContentType,
+		// A check is safe to send again: so marked (and the header not
+		// sent), the transport retries it on a fresh connection when a
+		// kept-alive one turns out closed by the hook before it
+		// answered, rather than failing the call.
+		"Idempotency-Key": nil,
+	}
+}
+
+// httpHeader is the header of every request on the transport without a
+// trace context. Never modified.
+var httpHeader = httpNewHeader()
+
+// httpBody is a request's body on the transport: io.NopCloser of a
+// bytes.Reader in one allocation.
+type httpBody struct{ bytes.Reader }
+
+func newHTTPBody(b []byte) *httpBody {
+	body := new(httpBody)
+	body.Reset(b)
+	return body
+}
+
+func (*httpBody) Close() error { return nil }
+
 // httpScratch is the memory of one Check, reused across calls.
 type httpScratch struct {
 	buf bytes.Buffer
@@ -179,24 +207,21 @@ func (h *HTTPClient) Check(ctx context.Context, c *Call) (Decision, error) {
 	// on a retry), so it gets its own copy and the scratch stays ours.
 	body := bytes.Clone(s.buf.Bytes())
 	s.buf.Reset()
+	// The transport only reads the header: without a trace context to
+	// add, every request shares one.
+	header := httpHeader
+	if h.prop != nil {
+		header = httpNewHeader()
+		h.prop.Inject(ctx, propagation.HeaderCarrier(header))
+	}
 	req := (&http.Request{
 		Method: http.MethodPost, URL: h.url, Host: h.url.Host,
 		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: http.Header{
-			"Content-Type": httpContentType,
-			// A check is safe to send again: so marked (and the header
-			// not sent), the transport retries it on a fresh connection
-			// when a kept-alive one turns out closed by the hook before
-			// it answered, rather than failing the call.
-			"Idempotency-Key": nil,
-		},
-		Body:          io.NopCloser(bytes.NewReader(body)),
-		GetBody:       func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil },
+		Header:        header,
+		Body:          newHTTPBody(body),
+		GetBody:       func() (io.ReadCloser, error) { return newHTTPBody(body), nil },
 		ContentLength: int64(len(body)),
 	}).WithContext(ctx)
-	if h.prop != nil {
-		h.prop.Inject(ctx, propagation.HeaderCarrier(req.Header))
-	}
 	// The transport itself, not an http.Client: a redirect is an answer
 	// outside the protocol, not something to follow.
 	resp, err := h.transport.RoundTrip(req)

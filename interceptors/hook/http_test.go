@@ -556,21 +556,35 @@ func TestHTTPClientTraceparent(t *testing.T) {
 		{name: "propagator", prop: propagation.TraceContext{}, want: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
 		{name: "no propagator", want: ""},
 	} {
-		t.Run(test.name, func(t *testing.T) {
-			got := make(chan string, 1)
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				got <- r.Header.Get("Traceparent")
-				io.WriteString(w, httpTestContinue)
-			}))
-			t.Cleanup(srv.Close)
-			c := newHTTPTestClient(t, srv.URL, HTTPOptions{Propagator: test.prop})
-			if _, err := c.Check(ctx, httpTestCall()); err != nil {
-				t.Fatalf("Check: %v", err)
-			}
-			if tp := <-got; tp != test.want {
-				t.Errorf("got traceparent %q, want %q", tp, test.want)
-			}
-		})
+		for _, scheme := range []string{"http", "h2c"} {
+			t.Run(test.name+"/"+scheme, func(t *testing.T) {
+				got := make(chan string, 1)
+				srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					got <- r.Header.Get("Traceparent") + " " + r.Header.Get("Content-Type")
+					io.WriteString(w, httpTestContinue)
+				}))
+				srv.Config.Protocols = new(http.Protocols)
+				srv.Config.Protocols.SetHTTP1(true)
+				srv.Config.Protocols.SetUnencryptedHTTP2(true)
+				srv.Start()
+				t.Cleanup(srv.Close)
+				c := newHTTPTestClient(t, strings.Replace(srv.URL, "http", scheme, 1), HTTPOptions{Propagator: test.prop})
+				// Twice: the first call's trace context is not the second's
+				// header.
+				for i, ctx := range []context.Context{ctx, context.Background()} {
+					if _, err := c.Check(ctx, httpTestCall()); err != nil {
+						t.Fatalf("Check %d: %v", i, err)
+					}
+					want := test.want + " application/json"
+					if i > 0 {
+						want = " application/json"
+					}
+					if tp := <-got; tp != want {
+						t.Errorf("Check %d: got traceparent and Content-Type %q, want %q", i, tp, want)
+					}
+				}
+			})
+		}
 	}
 }
 

@@ -20,15 +20,16 @@ import (
 // caller's goroutine: it writes the request and reads the answer on a
 // connection of its own pool, kept alive between calls.
 //
-// It is written by hand around net/http's parser (http.ReadResponse) because
-// http.Transport, which does the same, costs more than the rest of a hook
-// call: it hands every request to a writing goroutine and every answer back
-// from a reading goroutine per connection (two goroutine switches and their
-// channels a call), and builds a Request, its header map and a Response per
-// call. The head of the request is a few fixed lines; the answer is parsed
-// by net/http. valyala/fasthttp's client also works on the caller's
-// goroutine, but would bring a second HTTP stack (its own parser, header
-// and body types, and limits to map onto §11's) for one fixed POST.
+// It is written by hand because http.Transport, which does the same, costs
+// more than the rest of a hook call: it hands every request to a writing
+// goroutine and every answer back from a reading goroutine per connection
+// (two goroutine switches and their channels a call), and builds a
+// Request, its header map and a Response per call. The head of the request
+// is a few fixed lines, sent with its body in one write; the common
+// answer's head is parsed in place (h1ParseHead), any other by net/http
+// (http.ReadResponse). valyala/fasthttp's client also works on the
+// caller's goroutine, but would bring a second HTTP stack (its own parser,
+// header and body types, and limits to map onto §11's) for one fixed POST.
 type h1Client struct {
 	dial func(ctx context.Context) (net.Conn, error)
 	// head is the request's start line and fixed headers, up to
@@ -41,11 +42,33 @@ type h1Client struct {
 
 // h1Conn is a kept-alive connection and its reader.
 type h1Conn struct {
-	c  net.Conn
-	lr budgetReader
-	br *bufio.Reader
+	c net.Conn
+	// wr, when not nil, sends a request with the first read of its
+	// answer; pending is that request, not yet sent.
+	wr      *h1WriteReader
+	pending []byte
+	lr      budgetReader
+	br      *bufio.Reader
 	// idleSince is when it was put back to the pool.
 	idleSince time.Time
+	// expire ends the read or write under way: made once, so that a
+	// call's context.AfterFunc costs no closure.
+	expire func()
+	// body and limit read the answer under way, kept here so that they
+	// cost no allocation a call.
+	body  h1Body
+	limit io.LimitedReader
+}
+
+// Read reads from the connection; the first read of an answer sends its
+// request.
+func (pc *h1Conn) Read(p []byte) (int, error) {
+	if pc.pending != nil {
+		req := pc.pending
+		pc.pending = nil
+		return pc.wr.writeRead(req, p)
+	}
+	return pc.c.Read(p)
 }
 
 // budgetReader reads from a connection at most n more bytes, so that a
@@ -121,9 +144,10 @@ func (h *h1Client) get(ctx context.Context) (pc *h1Conn, reused bool, err error)
 	if err != nil {
 		return nil, false, err
 	}
-	pc = &h1Conn{c: c}
-	pc.lr.r = c
+	pc = &h1Conn{c: c, wr: newH1WriteReader(c)}
+	pc.lr.r = pc
 	pc.br = bufio.NewReaderSize(&pc.lr, 4096)
+	pc.expire = func() { c.SetDeadline(h1LongAgo) }
 	return pc, false, nil
 }
 
@@ -199,7 +223,7 @@ func (h *h1Client) exchange(ctx context.Context, pc *h1Conn, req []byte, out io.
 		return 0, false, err
 	}
 	// ctx's end (its deadline is set already) ends the wait at once.
-	stop := context.AfterFunc(ctx, func() { pc.c.SetDeadline(h1LongAgo) })
+	stop := context.AfterFunc(ctx, pc.expire)
 	keep := false
 	defer func() {
 		// AfterFunc ran (or runs): the connection's deadline is spoilt.
@@ -209,46 +233,89 @@ func (h *h1Client) exchange(ctx context.Context, pc *h1Conn, req []byte, out io.
 		}
 		h.put(pc)
 	}()
-	if _, err := pc.c.Write(req); err != nil {
+	if pc.wr != nil {
+		// Sent by the first read, below.
+		pc.pending = req
+	} else if _, err := pc.c.Write(req); err != nil {
 		return 0, false, err
 	}
 	pc.lr.n = httpMaxAnswerHeaderBytes
-	if _, err := pc.br.Peek(1); err != nil {
+	_, err = pc.br.Peek(1)
+	pc.pending = nil
+	if err != nil {
 		return 0, false, err
 	}
-	resp, err := http.ReadResponse(pc.br, nil)
-	// Interim answers (1xx) come before the final one, which counts, as
-	// http.Transport reads them: at most h1MaxInterim of them.
-	for interim := 0; err == nil && interim < h1MaxInterim && resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols; interim++ {
-		resp, err = http.ReadResponse(pc.br, nil)
-	}
-	if err != nil {
-		return 0, true, err
+	var (
+		length int64
+		body   io.Reader
+	)
+	buffered, _ := pc.br.Peek(pc.br.Buffered())
+	if head, ok := h1ParseHead(buffered); ok {
+		// The common answer, whole in the first read: parsed in place.
+		pc.br.Discard(head.size)
+		pc.body = h1Body{r: pc.br, n: head.contentLength}
+		status, length, body = head.status, head.contentLength, &pc.body
+		keep = !head.close
+	} else {
+		resp, err := http.ReadResponse(pc.br, nil)
+		// Interim answers (1xx) come before the final one, which counts, as
+		// http.Transport reads them: at most h1MaxInterim of them.
+		for interim := 0; err == nil && interim < h1MaxInterim && resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols; interim++ {
+			resp, err = http.ReadResponse(pc.br, nil)
+		}
+		if err != nil {
+			return 0, true, err
+		}
+		status, length, body = resp.StatusCode, resp.ContentLength, resp.Body
+		// After too many interim answers the final one is still to come: the
+		// connection is not kept, or its next call would read it.
+		keep = !resp.Close && resp.StatusCode >= 200
 	}
 	// The body's own bounds follow; the budget only guards the head.
 	pc.lr.n = 1<<63 - 1
-	// After too many interim answers the final one is still to come: the
-	// connection is not kept, or its next call would read it.
-	keep = !resp.Close && resp.StatusCode >= 200
-	if resp.StatusCode != http.StatusOK {
+	if status != http.StatusOK {
 		// Read a little of it so the connection is kept.
-		n, err := io.Copy(io.Discard, io.LimitReader(resp.Body, httpMaxDrainBytes+1))
+		pc.limit = io.LimitedReader{R: body, N: httpMaxDrainBytes + 1}
+		n, err := io.Copy(io.Discard, &pc.limit)
 		keep = keep && err == nil && n <= httpMaxDrainBytes
-		return resp.StatusCode, true, nil
+		return status, true, nil
 	}
-	if resp.ContentLength > httpMaxAnswerBytes {
+	if length > httpMaxAnswerBytes {
 		keep = false
-		return 0, true, fmt.Errorf("hook answer too large: %d bytes, over %d", resp.ContentLength, httpMaxAnswerBytes)
+		return 0, true, fmt.Errorf("hook answer too large: %d bytes, over %d", length, httpMaxAnswerBytes)
 	}
-	lr := io.LimitedReader{R: resp.Body, N: httpMaxAnswerBytes + 1}
-	if _, err := out.ReadFrom(&lr); err != nil {
+	pc.limit = io.LimitedReader{R: body, N: httpMaxAnswerBytes + 1}
+	if _, err := out.ReadFrom(&pc.limit); err != nil {
 		keep = false
 		return 0, true, fmt.Errorf("read hook answer: %w", err)
 	}
 	// Over the bound, the answer is not read to its end; bytes past its
 	// end are no answer to the next call.
-	keep = keep && lr.N > 0 && pc.br.Buffered() == 0
-	return resp.StatusCode, true, nil
+	keep = keep && pc.limit.N > 0 && pc.br.Buffered() == 0
+	return status, true, nil
+}
+
+// h1Body reads an answer's body of a known length, n bytes more, from r,
+// as net/http's body does: a connection that ends before is an
+// io.ErrUnexpectedEOF.
+type h1Body struct {
+	r io.Reader
+	n int64
+}
+
+func (b *h1Body) Read(p []byte) (int, error) {
+	if b.n <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > b.n {
+		p = p[:b.n]
+	}
+	n, err := b.r.Read(p)
+	b.n -= int64(n)
+	if err == io.EOF && b.n > 0 {
+		err = io.ErrUnexpectedEOF
+	}
+	return n, err
 }
 
 // headerLines is a propagation.TextMapCarrier that writes header lines:

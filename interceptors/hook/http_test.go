@@ -556,21 +556,35 @@ func TestHTTPClientTraceparent(t *testing.T) {
 		{name: "propagator", prop: propagation.TraceContext{}, want: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
 		{name: "no propagator", want: ""},
 	} {
-		t.Run(test.name, func(t *testing.T) {
-			got := make(chan string, 1)
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				got <- r.Header.Get("Traceparent")
-				io.WriteString(w, httpTestContinue)
-			}))
-			t.Cleanup(srv.Close)
-			c := newHTTPTestClient(t, srv.URL, HTTPOptions{Propagator: test.prop})
-			if _, err := c.Check(ctx, httpTestCall()); err != nil {
-				t.Fatalf("Check: %v", err)
-			}
-			if tp := <-got; tp != test.want {
-				t.Errorf("got traceparent %q, want %q", tp, test.want)
-			}
-		})
+		for _, scheme := range []string{"http", "h2c"} {
+			t.Run(test.name+"/"+scheme, func(t *testing.T) {
+				got := make(chan string, 1)
+				srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					got <- r.Header.Get("Traceparent") + " " + r.Header.Get("Content-Type")
+					io.WriteString(w, httpTestContinue)
+				}))
+				srv.Config.Protocols = new(http.Protocols)
+				srv.Config.Protocols.SetHTTP1(true)
+				srv.Config.Protocols.SetUnencryptedHTTP2(true)
+				srv.Start()
+				t.Cleanup(srv.Close)
+				c := newHTTPTestClient(t, strings.Replace(srv.URL, "http", scheme, 1), HTTPOptions{Propagator: test.prop})
+				// Twice: the first call's trace context is not the second's
+				// header.
+				for i, ctx := range []context.Context{ctx, context.Background()} {
+					if _, err := c.Check(ctx, httpTestCall()); err != nil {
+						t.Fatalf("Check %d: %v", i, err)
+					}
+					want := test.want + " application/json"
+					if i > 0 {
+						want = " application/json"
+					}
+					if tp := <-got; tp != want {
+						t.Errorf("Check %d: got traceparent and Content-Type %q, want %q", i, tp, want)
+					}
+				}
+			})
+		}
 	}
 }
 
@@ -734,5 +748,71 @@ func TestHTTPClientUnsolicitedAnswers(t *testing.T) {
 				t.Errorf("second call got %+v, the first %+v: an answer left on the connection", second, first)
 			}
 		})
+	}
+}
+
+// TestHTTPClientAnswerFraming: answers framed otherwise than the common
+// one (chunked, HTTP/1.0, odd spacing) are read as net/http reads them, and
+// an answer cut short of its Content-Length is a failure, not a decision.
+func TestHTTPClientAnswerFraming(t *testing.T) {
+	for _, test := range []struct {
+		name, answer string
+		// closes: the hook closes the connection after its answer.
+		closes    bool
+		wantErr   bool
+		wantConns int32
+	}{
+		{name: "chunked", answer: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n16\r\n" + httpTestContinue + "\r\n0\r\n\r\n", wantConns: 1},
+		{name: "HTTP/1.0", answer: "HTTP/1.0 200 OK\r\nContent-Length: 22\r\n\r\n" + httpTestContinue, wantConns: 2},
+		{name: "HTTP/1.0 keep-alive", answer: "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 22\r\n\r\n" + httpTestContinue, wantConns: 1},
+		{name: "spaces and case", answer: "HTTP/1.1 200 OK\r\ncontent-length: \t22 \r\nconnection: Keep-Alive, CLOSE\r\n\r\n" + httpTestContinue, wantConns: 2},
+		{name: "cut short", answer: "HTTP/1.1 200 OK\r\nContent-Length: 30\r\n\r\n" + httpTestContinue, closes: true, wantErr: true, wantConns: 2},
+	} {
+		t.Run(test.name, func(t *testing.T) {
+			url, conns := rawHook(t, func(c net.Conn, br *bufio.Reader) {
+				for readRequest(br) == nil {
+					io.WriteString(c, test.answer)
+					if test.closes {
+						return
+					}
+				}
+			})
+			c := newHTTPTestClient(t, url, HTTPOptions{})
+			for i := range 2 {
+				d, err := c.Check(context.Background(), httpTestCall())
+				if test.wantErr {
+					if err == nil {
+						t.Errorf("Check %d: got %+v and no error, want an error", i, d)
+					}
+					continue
+				}
+				if err != nil || !cmp.Equal(d, Decision{}) {
+					t.Errorf("Check %d: got %+v, %v; want continue", i, d, err)
+				}
+			}
+			if got := conns.Load(); got != test.wantConns {
+				t.Errorf("got %d connections, want %d", got, test.wantConns)
+			}
+		})
+	}
+}
+
+// TestHTTPClientLargeRequest: a request larger than the socket takes at
+// once is sent whole before its answer is read.
+func TestHTTPClientLargeRequest(t *testing.T) {
+	url, _ := rawHook(t, func(c net.Conn, br *bufio.Reader) {
+		for readRequest(br) == nil {
+			io.WriteString(c, rawContinue)
+		}
+	})
+	c := newHTTPTestClient(t, url, HTTPOptions{})
+	call := httpTestCall()
+	call.Headers = map[string][]string{"x-large": {strings.Repeat("a", 16<<20)}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range 2 {
+		if d, err := c.Check(ctx, call); err != nil || !cmp.Equal(d, Decision{}) {
+			t.Fatalf("Check %d: got %+v, %v; want continue", i, d, err)
+		}
 	}
 }

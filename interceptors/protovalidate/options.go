@@ -4,6 +4,8 @@ import "log/slog"
 
 type options struct {
 	log *slog.Logger
+	// answers is the interceptor's cache of answers (nil for Check).
+	answers *answers
 }
 
 var defaultOptions = options{log: slog.New(slog.DiscardHandler)}

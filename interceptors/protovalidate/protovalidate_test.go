@@ -196,3 +196,41 @@ func TestServer(t *testing.T) {
 		t.Errorf("invalid (-want +got):\n%s", diff)
 	}
 }
+
+// TestSameAnswers sends requests that break the same rules again and
+// again, mixed with others: each is answered as the first time (the
+// answers are cached), and requests that break other rules are answered
+// their own.
+func TestSameAnswers(t *testing.T) {
+	t.Parallel()
+	link := protovalidate.UnaryServerInterceptor(newValidator(t))
+	info := &grpc.UnaryServerInfo{FullMethod: "/sheba.v1.AccountService/CreateAccount"}
+	reqs := []*shebav1.CreateAccountRequest{
+		{Username: "NOT VALID!", Password: "bench-password"},
+		{Username: "valid", Password: "short"},
+		{Username: "NOT VALID!", Password: "short"},
+		{Username: "valid", Password: strings.Repeat("p", 300)},
+	}
+	var first []*status.Status
+	for round := range 3 {
+		for i, req := range reqs {
+			_, err := link(t.Context(), req, info, func(context.Context, any) (any, error) {
+				t.Fatal("an invalid request reached the handler")
+				return nil, nil
+			})
+			st := status.Convert(err)
+			if round == 0 {
+				for j, other := range first {
+					if proto.Equal(st.Proto(), other.Proto()) {
+						t.Errorf("requests %d and %d, which break different rules, got the same answer %v", j, i, st.Proto())
+					}
+				}
+				first = append(first, st)
+				continue
+			}
+			if !proto.Equal(st.Proto(), first[i].Proto()) {
+				t.Errorf("round %d, request %d: got %v, want %v as the first time", round, i, st.Proto(), first[i].Proto())
+			}
+		}
+	}
+}

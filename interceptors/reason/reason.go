@@ -122,6 +122,11 @@ func Status(c codes.Code, reason, msg string, details ...proto.Message) *status.
 // statusWith is Status with metadata in the ErrorInfo; metadata that
 // cannot be marshaled (invalid UTF-8) is left out.
 func statusWith(c codes.Code, reason, msg string, metadata map[string]string, details []proto.Message) *status.Status {
+	return status.FromProto(statusProto(c, reason, msg, metadata, details))
+}
+
+// statusProto is statusWith's status as a message.
+func statusProto(c codes.Code, reason, msg string, metadata map[string]string, details []proto.Message) *spb.Status {
 	p := &spb.Status{Code: int32(c), Message: ValidUTF8(msg)}
 	p.Details = make([]*anypb.Any, 0, 1+len(details))
 	info, err := anypb.New(&errdetails.ErrorInfo{Reason: reason, Domain: Domain, Metadata: metadata})
@@ -134,23 +139,25 @@ func statusWith(c codes.Code, reason, msg string, metadata map[string]string, de
 			p.Details = append(p.Details, a)
 		}
 	}
-	return status.FromProto(p)
+	return p
 }
 
 // Error returns Status(c, reason, msg) as a *StatusError.
 func Error(c codes.Code, reason, msg string, details ...proto.Message) error {
-	return newError(Status(c, reason, msg, details...), reason, 0, details)
+	return newError(statusProto(c, reason, msg, nil, details), reason, 0, details)
 }
 
 // ErrorFor is Error with metadata in the ErrorInfo, answered on REST with
 // httpStatus rather than the status of c (0: c's): an answer relayed from
 // another service, whose status sheba keeps (HOOK_DENIED).
 func ErrorFor(c codes.Code, reason, msg string, metadata map[string]string, httpStatus int) error {
-	return newError(statusWith(c, reason, msg, metadata, nil), reason, httpStatus, nil)
+	return newError(statusProto(c, reason, msg, metadata, nil), reason, httpStatus, nil)
 }
 
-func newError(st *status.Status, reason string, httpStatus int, details []proto.Message) *StatusError {
-	e := &StatusError{st: st, reason: reason, httpStatus: httpStatus, complete: !Retryable(st.Code())}
+// newError returns the error of p, which it keeps as the error's Proto.
+func newError(p *spb.Status, reason string, httpStatus int, details []proto.Message) *StatusError {
+	st := status.FromProto(p)
+	e := &StatusError{st: st, p: p, reason: reason, httpStatus: httpStatus, complete: !Retryable(st.Code())}
 	for _, d := range details {
 		if ri, ok := d.(*errdetails.RetryInfo); ok {
 			e.delay = ri.GetRetryDelay().AsDuration()
@@ -165,7 +172,10 @@ func newError(st *status.Status, reason string, httpStatus int, details []proto.
 // decode the status's details: every read of a status's details copies the
 // whole status (four copies on the REST error path before this type).
 type StatusError struct {
-	st     *status.Status
+	st *status.Status
+	// p is the message st was made of, when the error was (newError),
+	// never changed after.
+	p      *spb.Status
 	reason string
 	delay  time.Duration
 	// httpStatus is the REST status, when it is not the code's (0).
@@ -179,6 +189,17 @@ func (e *StatusError) Error() string { return e.st.Err().Error() }
 
 // GRPCStatus returns the status: status.FromError and status.Code read it.
 func (e *StatusError) GRPCStatus() *status.Status { return e.st }
+
+// Proto returns the status as a message, to be read and never changed:
+// the one it was made of where the error has it (Error, ErrorFor), else a
+// copy. status.Status's Proto copies the whole status, details included,
+// on every call: the REST error handler reads it here instead.
+func (e *StatusError) Proto() *spb.Status {
+	if e.p != nil {
+		return e.p
+	}
+	return e.st.Proto()
+}
 
 // Reason returns the reason of the status's ErrorInfo ("" if it has none).
 func (e *StatusError) Reason() string { return e.reason }

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/shebasvc/sheba/interceptors/reason"
@@ -157,5 +158,22 @@ func TestQuoteAndClip(t *testing.T) {
 				t.Errorf("Clip: got %q, want %q", got, test.clip)
 			}
 		})
+	}
+}
+
+// TestStatusErrorProto checks that an error's Proto is its status, made
+// once (the same message every time), and a copy for an error completed
+// from another.
+func TestStatusErrorProto(t *testing.T) {
+	made := reason.Error(codes.InvalidArgument, reason.InvalidArgument, "invalid username",
+		&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: "username", Description: "too short"}}}).(*reason.StatusError)
+	completed := reason.CompleteError(status.Error(codes.NotFound, "no such thing"), "", 0)
+	for _, se := range []*reason.StatusError{made, completed} {
+		if got, want := se.Proto(), se.GRPCStatus().Proto(); !proto.Equal(got, want) {
+			t.Errorf("%v: Proto() = %v, want %v", se, got, want)
+		}
+	}
+	if made.Proto() != made.Proto() {
+		t.Error("Proto() of a made error: a new message each call, want the one it was made of")
 	}
 }

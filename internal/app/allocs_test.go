@@ -25,6 +25,11 @@ var allocGoals = []struct {
 	{"BenchmarkGatewayJSON/ping-traced", 67, func(tb testing.TB) benchCase {
 		return benchCaseNamed(tb, gatewayJSONBenchCases(tb), "ping-traced")
 	}},
+	// A REST 400 from validation (error-rest's answer): its answer made
+	// once and its body cached (issue 34; 126 before).
+	{"BenchmarkGatewayJSON/invalid-username", 89, func(tb testing.TB) benchCase {
+		return benchCaseNamed(tb, gatewayJSONBenchCases(tb), "invalid-username")
+	}},
 	// grpc-go's transport allocates by timing (a data frame read in two,
 	// a header buffer missed in its pool): 155 on a quiet machine, 156 seen
 	// under a loaded one, so the bound leaves it room.

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
-	lru "github.com/hashicorp/golang-lru/v2"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -22,7 +21,7 @@ import (
 // makes, per status and per media type, and that other messages are not
 // cached.
 func TestErrorBodies(t *testing.T) {
-	bodies, err := lru.New[string, []byte](errorBodiesSize)
+	bodies, err := newErrorBodiesCache()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +70,7 @@ func TestErrorBodies(t *testing.T) {
 // handler: only those free of request text and small are cached, so the
 // cache cannot grow with what callers send.
 func TestErrorBodiesHoldNoRequestText(t *testing.T) {
-	bodies, err := lru.New[string, []byte](errorBodiesSize)
+	bodies, err := newErrorBodiesCache()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,5 +106,34 @@ func TestErrorBodiesHoldNoRequestText(t *testing.T) {
 	}
 	if n := bodies.Len(); n != 2 {
 		t.Errorf("cached %d bodies of two fixed errors, want 2", n)
+	}
+}
+
+// TestErrorBodiesCollision puts another status's body under the hash of a
+// status, as a collision would: the status is answered its own body.
+func TestErrorBodiesCollision(t *testing.T) {
+	bodies, err := newErrorBodiesCache()
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := &runtime.JSONPb{}
+	json := newErrorBodies(plain, bodies)
+	mine := reason.Error(codes.NotFound, reason.NotFound, "account 1 not found").(*reason.StatusError).Proto()
+	other := reason.Error(codes.NotFound, reason.NotFound, "account 2 not found").(*reason.StatusError).Proto()
+	otherBody, err := plain.Marshal(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bodies.Add(statusHash(json.ContentType(mine), mine), errorBody{st: other, contentType: json.ContentType(mine), body: otherBody})
+	got, err := json.Marshal(mine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := plain.Marshal(mine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(want) {
+		t.Errorf("got %s, want %s", got, want)
 	}
 }

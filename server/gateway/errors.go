@@ -10,6 +10,7 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/grpclog"
 	"google.golang.org/grpc/status"
 
 	"github.com/shebasvc/sheba/interceptors/reason"
@@ -78,7 +79,49 @@ func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshale
 	if delay := se.Delay(); delay > 0 && !hasRetryAfter(ctx) {
 		w.Header().Set(retryAfterHeader, strconv.FormatInt(retryafter.Seconds(delay), 10))
 	}
-	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, &runtime.HTTPStatusError{HTTPStatus: httpStatus, Err: se})
+	writeStatus(ctx, mux, m, w, r, httpStatus, se)
+}
+
+// writeStatus answers se with HTTP status httpStatus as
+// runtime.DefaultHTTPErrorHandler does on the gateway's mux (whose
+// outgoing header matcher is outgoingHeader, and whose response rewriter
+// passes a google.rpc.Status as it is), the same headers and bytes, but
+// from the error's own message (reason.StatusError.Proto), where
+// DefaultHTTPErrorHandler copies the whole status (status.Status.Proto),
+// details included: with its TE lookup (canonicalized on every call) that
+// was 9 of the 18 allocations it made for a REST 400. A request that
+// brings a TE header (trailers, which it may write), and a status the
+// marshaler refuses (its 500), go DefaultHTTPErrorHandler's way.
+func writeStatus(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, httpStatus int, se *reason.StatusError) {
+	p := se.Proto()
+	body, err := []byte(nil), error(nil)
+	if len(r.Header["Te"]) == 0 {
+		body, err = m.Marshal(p)
+	}
+	if body == nil || err != nil {
+		runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, &runtime.HTTPStatusError{HTTPStatus: httpStatus, Err: se})
+		return
+	}
+	h := w.Header()
+	h.Del("Trailer")
+	h.Del("Transfer-Encoding")
+	h.Set("Content-Type", m.ContentType(p))
+	if codes.Code(p.GetCode()) == codes.Unauthenticated {
+		h.Set("WWW-Authenticate", p.GetMessage())
+	}
+	if md, ok := runtime.ServerMetadataFromContext(ctx); ok {
+		for k, vs := range md.HeaderMD {
+			if name, ok := outgoingHeader(k); ok {
+				for _, v := range vs {
+					h.Add(name, v)
+				}
+			}
+		}
+	}
+	w.WriteHeader(httpStatus)
+	if _, err := w.Write(body); err != nil {
+		grpclog.Errorf("Failed to write response: %v", err)
+	}
 }
 
 // withRefusedHeader returns ctx with the response metadata of a stream

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
-	lru "github.com/hashicorp/golang-lru/v2"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
@@ -121,7 +120,7 @@ func New(ctx context.Context, conn *Channel, o Options) (http.Handler, error) {
 			DiscardUnknown: false,
 		},
 	}}
-	bodies, err := lru.New[string, []byte](errorBodiesSize)
+	bodies, err := newErrorBodiesCache()
 	if err != nil {
 		return nil, err
 	}

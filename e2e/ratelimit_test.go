@@ -391,7 +391,7 @@ func TestRedisFallbackConservative(t *testing.T) {
 	}()
 	// Redis is out from each hang until the replica's probe finds it
 	// back; while it is out, its own limit regains at most its burst.
-	var out time.Duration
+	var out, seen time.Duration
 	var regained float64
 	for range 3 {
 		time.Sleep(time.Second)
@@ -399,8 +399,14 @@ func TestRedisFallbackConservative(t *testing.T) {
 		srv.Pause()
 		time.Sleep(1200 * time.Millisecond)
 		srv.Resume()
-		waitBackendUp(t, e, time.Now())
+		resumed := time.Now()
+		waitBackendUp(t, e, resumed)
 		out += time.Since(hung)
+		// From the resume until the test sees the replica's probe succeed
+		// (a scrape, then the next poll), Redis may already answer at its
+		// 50/s where "out" counts the fallback's 25/s: on a loaded machine
+		// that went 2 calls over a bound without it.
+		seen += time.Since(resumed)
 		regained += min(50, 50*time.Since(hung).Seconds())
 	}
 	r := <-ran
@@ -413,9 +419,9 @@ func TestRedisFallbackConservative(t *testing.T) {
 	// bucket kept from the outage before, at most its burst (25). A
 	// fallback refilled while Redis answered would add a burst each time.
 	shared := 50 + 50*(r.elapsed-out).Seconds() + regained
-	if max := shared + 25*out.Seconds() + 25 + 5; float64(admitted) > max {
-		t.Errorf("admitted %d of %d in %v with Redis hung 3 times (out %v in all), want at most %.0f (%.0f through Redis + 25/s while out + 25, +5)",
-			admitted, len(r.results), r.elapsed, out, max, shared)
+	if max := shared + 25*out.Seconds() + 25*seen.Seconds() + 25 + 5; float64(admitted) > max {
+		t.Errorf("admitted %d of %d in %v with Redis hung 3 times (out %v in all, %v of it after the resumes), want at most %.0f (%.0f through Redis + 25/s while out + 25/s more after the resumes + 25, +5)",
+			admitted, len(r.results), r.elapsed, out, seen, max, shared)
 	}
 	if max := 25*out.Seconds() + 25; byFallback > max || byFallback == 0 {
 		t.Errorf("fallback admitted %v while Redis was out for %v in all, want 1..%.0f", byFallback, out, max)

@@ -94,15 +94,7 @@ func testInprocChannel(t *testing.T) {
 	if intercepted != "/sheba.v1.AccountService/GetAccount" {
 		t.Errorf("interceptor saw %q", intercepted)
 	}
-	if resp.GetAccount().GetId() != "a1" {
-		t.Errorf("response: got %v", resp)
-	}
-	if got := header.Get("x-seen"); len(got) != 1 || got[0] != "k1" {
-		t.Errorf("header x-seen: got %q, want the incoming x-api-key k1", got)
-	}
-	if got := trailer.Get("x-trailer"); len(got) != 1 || got[0] != "t" {
-		t.Errorf("trailer: got %q", got)
-	}
+	wantEchoAnswer(t, resp, header, trailer)
 	// Each side has its own copy of the messages.
 	if impl.got == req {
 		t.Error("the handler got the caller's request message itself")
@@ -275,6 +267,14 @@ func TestChannelUnaryThrough(t *testing.T) {
 	if chainReq != req || impl.got != req {
 		t.Error("the chain and the method did not get the caller's request")
 	}
+	wantEchoAnswer(t, resp, header, trailer)
+}
+
+// wantEchoAnswer checks what echoAccounts answers a GetAccount of "a1"
+// called with x-api-key k1: the account, the key echoed in a header, and
+// its trailer.
+func wantEchoAnswer(t *testing.T, resp *shebav1.GetAccountResponse, header, trailer metadata.MD) {
+	t.Helper()
 	if resp.GetAccount().GetId() != "a1" {
 		t.Errorf("response: got %v", resp)
 	}
